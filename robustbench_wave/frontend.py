@@ -1,0 +1,110 @@
+"""Fixed (non-learned) front-ends and the switch that decides how gradients cross them.
+
+A wavelet tokenizer's colour transform, DWT and sparsification, or Token Pooling's cluster assignment, have
+no trainable parameters.  The claim under test ("no gradient with respect to the fixed kernels") confuses
+the gradient w.r.t. the *kernels* with the gradient w.r.t. the *input*.  To test it honestly every attack
+runs under three backward rules (Athalye, Carlini & Wagner 2018):
+
+* ``exact``   -- true autograd through everything (the forward is never routed through NumPy);
+* ``blocked`` -- the front-end output is detached: attacks see a zero input gradient (the paper's premise);
+* ``bpda``    -- forward exact, backward through a smooth approximation (for the wavelet front-end: the same
+  linear transform without the sparsification mask, i.e. straight-through the mask).
+
+Modules that own such a step subclass :class:`FixedFrontEnd`; :func:`grad_mode` switches all of them in a
+model at once and restores the previous modes even when an attack raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from enum import Enum
+
+import torch
+from torch import nn
+
+
+class GradMode(str, Enum):
+    """How the backward pass crosses a fixed front-end."""
+
+    EXACT = "exact"
+    BLOCKED = "blocked"
+    BPDA = "bpda"
+
+    @classmethod
+    def parse(cls, value: str | GradMode) -> GradMode:
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown gradient mode {value!r}; choose one of: {choices}") from None
+
+
+class _ZeroGradient(torch.autograd.Function):
+    """Pass ``value`` forward, send an all-zero gradient back to ``x``.
+
+    Detaching alone would disconnect ``x`` from the graph, and attack libraries then fail with "tensor
+    does not require grad" instead of seeing what the claim predicts: a zero input gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.input_shape = x.shape
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad_output.new_zeros(ctx.input_shape), None
+
+
+class FixedFrontEnd(nn.Module):
+    """Base class of parameter-free pre-processing whose backward rule can be switched.
+
+    Subclasses implement :meth:`transform` (the exact forward) and may override :meth:`smooth_transform`
+    (the differentiable approximation used by BPDA; the default is the exact transform, i.e. BPDA == exact).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grad_mode: GradMode = GradMode.EXACT
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def smooth_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return self.transform(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.grad_mode is GradMode.EXACT or not torch.is_grad_enabled():
+            return self.transform(x)
+        if self.grad_mode is GradMode.BLOCKED:
+            with torch.no_grad():
+                value = self.transform(x)
+            return _ZeroGradient.apply(x, value)
+        # BPDA: value of the exact transform, gradient of the smooth one.
+        exact = self.transform(x)
+        smooth = self.smooth_transform(x)
+        return smooth + (exact - smooth).detach()
+
+
+def fixed_front_ends(model: nn.Module) -> list[FixedFrontEnd]:
+    return [m for m in model.modules() if isinstance(m, FixedFrontEnd)]
+
+
+def has_fixed_front_end(model: nn.Module) -> bool:
+    return bool(fixed_front_ends(model))
+
+
+@contextlib.contextmanager
+def grad_mode(model: nn.Module, mode: str | GradMode) -> Iterator[nn.Module]:
+    """Set the backward rule of every fixed front-end in ``model`` for the duration of the block."""
+    mode = GradMode.parse(mode)
+    modules = fixed_front_ends(model)
+    previous = [m.grad_mode for m in modules]
+    try:
+        for m in modules:
+            m.grad_mode = mode
+        yield model
+    finally:
+        for m, old in zip(modules, previous):
+            m.grad_mode = old

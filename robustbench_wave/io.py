@@ -1,0 +1,133 @@
+"""Atomic file writes and small provenance helpers shared by training, attacks and reports.
+
+Every result file is written to a temporary sibling and renamed into place, so a killed run never leaves a
+half-written table, checkpoint or record file behind (the old file, if any, survives intact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+TRACKED_LIBRARIES = (
+    "torch",
+    "torchvision",
+    "timm",
+    "torchattacks",
+    "foolbox",
+    "PyWavelets",
+    "numpy",
+    "pandas",
+    "safetensors",
+    "robustbench_wave",
+)
+
+
+def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
+    """Call ``writer(tmp_path)`` and rename the result to ``path`` (same directory, so the rename is atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        writer(tmp_path)
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Rewrite a JSON-lines file with extra rows appended (atomically: a kill keeps the old lines)."""
+    path = Path(path)
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    new = "".join(json.dumps(r, sort_keys=True, default=_json_default) + "\n" for r in rows)
+    atomic_write_text(path, old + new)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "value"):  # enums
+        return obj.value
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_revision(cwd: str | os.PathLike | None = None) -> str:
+    """The current commit (with a '-dirty' suffix when the tree has changes), or 'unknown' outside git."""
+    cwd = Path(cwd) if cwd else Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev + ("-dirty" if dirty else "")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in TRACKED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def provenance() -> dict[str, Any]:
+    """What every result file carries so that it can be reproduced and compared."""
+    return {
+        "git_revision": git_revision(),
+        "libraries": library_versions(),
+        "platform": platform.platform(),
+    }

@@ -1,0 +1,198 @@
+"""Zoo models: one timm ``VisionTransformer`` body, different tokenizers, normalization inside the model.
+
+Every model built here takes images in [0, 1] and returns logits, so attacks measure eps in pixel units
+(RobustBench's convention).  The bodies are timm's own ``VisionTransformer`` with a custom ``embed_layer``;
+the variants are registered with ``@register_model`` so ``timm.create_model("vit_tiny_wavelet_db1_l2_32")``
+works as for any timm model.  The token width H may differ from the attention width d_model (seed §5.3)
+through timm's ``Attention(attn_head_dim=...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import timm
+import torch
+from timm.layers import Attention, PatchEmbed
+from timm.models import register_model
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from .tokenizers import OverlapPatchEmbed, WaveletEmbed
+from .zoo import load_spec
+
+log = logging.getLogger(__name__)
+
+
+class Normalize(nn.Module):
+    """``(x - mean) / std`` per channel, as the first layer of the model (RobustBench style)."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+class ImageClassifier(nn.Module):
+    """[0, 1] images -> logits: input check, optional normalization, then the ViT.
+
+    The wavelet tokenizer works on [0, 1] pixels (its YCbCr offsets assume that scale), so it is built
+    without normalization; the patch tokenizer gets the data set's mean/std as usual.
+    """
+
+    def __init__(self, body: nn.Module, in_chans: int, img_size: int, normalize: Normalize | None) -> None:
+        super().__init__()
+        self.normalize = normalize if normalize is not None else nn.Identity()
+        self.body = body
+        self.in_chans = in_chans
+        self.img_size = img_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
+            raise ValueError(
+                f"this model takes (B, {self.in_chans}, {self.img_size}, {self.img_size}) images in [0, 1], "
+                f"got {tuple(x.shape)}; resize/pad the data or build the model for this size"
+            )
+        return self.body(self.normalize(x))
+
+
+_TIMM_FACTORY_KWARGS = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+
+
+def attention_with_width(attn_dim: int) -> type[Attention]:
+    """timm ``Attention`` whose q/k/v width is ``attn_dim`` (d_model) rather than the token width H.
+
+    timm's block factory requires an ``Attention`` subclass (a ``partial`` is rejected), hence a class.
+    """
+
+    class WidthAttention(Attention):
+        def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
+            kwargs.setdefault("attn_head_dim", attn_dim // num_heads)
+            super().__init__(dim, num_heads, **kwargs)
+
+    WidthAttention.__name__ = WidthAttention.__qualname__ = f"Attention{attn_dim}"
+    return WidthAttention
+
+
+def _check_pretrained(pretrained: bool) -> None:
+    if pretrained:
+        raise ValueError(
+            "robustbench_wave models have no pretrained weights; train them with robustbench_wave.train"
+        )
+
+
+def _embed_layer(tokenizer: str, tokenizer_args: dict[str, Any]) -> Any:
+    args = dict(tokenizer_args)
+    if tokenizer == "wavelet":
+        return partial(WaveletEmbed, **args)
+    if tokenizer == "patch":
+        args.pop("patch_size", None)
+        overlap = args.pop("overlap", 0)
+        if args:
+            raise ValueError(f"unknown patch tokenizer arguments: {sorted(args)}")
+        return partial(OverlapPatchEmbed, overlap=overlap) if overlap else PatchEmbed
+    raise ValueError(f"unknown tokenizer {tokenizer!r}; use 'patch' or 'wavelet'")
+
+
+@register_model
+def rbw_vit(
+    pretrained: bool = False,
+    *,
+    tokenizer: str = "patch",
+    tokenizer_args: dict[str, Any] | None = None,
+    img_size: int = 32,
+    in_chans: int = 1,
+    num_classes: int = 10,
+    embed_dim: int = 64,
+    depth: int = 4,
+    num_heads: int = 4,
+    mlp_ratio: float = 2.0,
+    attn_dim: int | None = None,
+    **kwargs: Any,
+) -> VisionTransformer:
+    """Generic robustbench_wave ViT: any tokenizer, a timm body whose attention width may differ from H."""
+    _check_pretrained(pretrained)
+    for key in _TIMM_FACTORY_KWARGS:  # create_model's bookkeeping for pretrained weights, unused here
+        kwargs.pop(key, None)
+    tokenizer_args = dict(tokenizer_args or {})
+    patch_size = tokenizer_args.get("patch_size", 2 ** tokenizer_args.get("levels", 2))
+    if attn_dim is not None and attn_dim % num_heads:
+        raise ValueError(f"attn_dim {attn_dim} must be divisible by num_heads {num_heads}")
+    attn_layer = attention_with_width(attn_dim) if attn_dim else Attention
+    if img_size % patch_size:
+        raise ValueError(f"image size {img_size} is not divisible by the token size {patch_size}")
+    return VisionTransformer(
+        img_size=img_size,
+        patch_size=patch_size,
+        in_chans=in_chans,
+        num_classes=num_classes,
+        embed_dim=embed_dim,
+        depth=depth,
+        num_heads=num_heads,
+        mlp_ratio=mlp_ratio,
+        embed_layer=_embed_layer(tokenizer, tokenizer_args),
+        attn_layer=attn_layer,
+        **kwargs,
+    )
+
+
+@register_model
+def vit_tiny_patch4_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return rbw_vit(pretrained, tokenizer="patch", tokenizer_args={"patch_size": 4}, **kwargs)
+
+
+@register_model
+def vit_tiny_wavelet_db1_l2_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return rbw_vit(pretrained, tokenizer="wavelet", tokenizer_args={"wavelet": "db1", "levels": 2}, **kwargs)
+
+
+@register_model
+def vit_tiny_wavelet_coif1_l2_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return rbw_vit(
+        pretrained, tokenizer="wavelet", tokenizer_args={"wavelet": "coif1", "levels": 2}, **kwargs
+    )
+
+
+def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifier:
+    """Build a zoo model (name, TOML path or resolved spec) for a data set described by ``info``.
+
+    ``info`` is a :class:`robustbench_wave.data.DatasetInfo` (num_classes, in_chans, img_size, mean, std).
+    """
+    spec = load_spec(name_or_spec) if not isinstance(name_or_spec, dict) else name_or_spec
+    body = timm.create_model(
+        "rbw_vit",
+        tokenizer=spec["tokenizer"],
+        tokenizer_args=spec.get("tokenizer_args", {}),
+        img_size=info.img_size,
+        in_chans=info.in_chans,
+        num_classes=info.num_classes,
+        **spec["body"],
+    )
+    if "tokenpool" in spec:
+        from .tokenpool import TokenPoolConfig, apply_token_pooling
+
+        body = apply_token_pooling(body, TokenPoolConfig.from_dict(spec["tokenpool"]))
+    normalize = None if spec["tokenizer"] == "wavelet" else Normalize(tuple(info.mean), tuple(info.std))
+    model = ImageClassifier(body, info.in_chans, info.img_size, normalize)
+    log.debug("built %s: %d parameters", spec.get("name", "model"), count_parameters(model))
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def describe(model: ImageClassifier) -> dict[str, Any]:
+    """Token count and token width of a built model, for the training summary."""
+    embed = model.body.patch_embed
+    return {
+        "params": count_parameters(model),
+        "tokens": int(embed.num_patches),
+        "token_width": int(getattr(embed, "token_width", model.body.embed_dim)),
+        "embed_dim": int(model.body.embed_dim),
+    }

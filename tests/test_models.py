@@ -1,0 +1,148 @@
+"""Zoo models: timm registration, tokenizer equivalences, invariants over every zoo entry."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from timm.layers import PatchEmbed
+
+from robustbench_wave.data import DatasetInfo
+from robustbench_wave.frontend import grad_mode, has_fixed_front_end
+from robustbench_wave.models import build_model, describe, rbw_vit
+from robustbench_wave.tokenizers import (
+    OverlapPatchEmbed,
+    WaveletEmbed,
+    proportional_token_widths,
+    resolve_token_widths,
+    seed_token_widths,
+)
+from robustbench_wave.zoo import list_zoo, load_spec
+
+
+def _info(in_chans: int = 1, img_size: int = 32) -> DatasetInfo:
+    return DatasetInfo(
+        name="synthetic", slug="synthetic", num_classes=10, in_chans=in_chans, img_size=img_size,
+        mean=(0.5,) * in_chans, std=(0.25,) * in_chans, class_names=tuple(str(i) for i in range(10)),
+    )  # fmt: skip
+
+
+def test_strided_conv_patch_embedding_equals_flatten_plus_linear():
+    torch.manual_seed(0)
+    embed = PatchEmbed(img_size=32, patch_size=4, in_chans=3, embed_dim=16)
+    x = torch.rand(2, 3, 32, 32)
+    patches = x.unfold(2, 4, 4).unfold(3, 4, 4)  # (B, C, 8, 8, 4, 4)
+    flat = patches.permute(0, 2, 3, 1, 4, 5).reshape(2, 64, 3 * 16)  # (B, T, c·p²), row-major over the grid
+    linear = flat @ embed.proj.weight.reshape(16, -1).T + embed.proj.bias
+    torch.testing.assert_close(embed(x), linear, atol=1e-5, rtol=1e-5)
+
+
+def test_overlapping_patches_keep_token_count_and_see_neighbours():
+    embed = OverlapPatchEmbed(img_size=32, patch_size=4, in_chans=1, embed_dim=8, overlap=2)
+    assert embed.proj.kernel_size == (6, 6) and embed.proj.stride == (4, 4)
+    x = torch.zeros(1, 1, 32, 32)
+    y = x.clone()
+    y[..., 4, 4] = 1.0  # first pixel of token (1, 1): also inside the overlapping kernel of token (0, 0)
+    diff = (embed(y) - embed(x)).abs().sum(-1).view(8, 8)
+    assert embed(x).shape == (1, 64, 8)
+    assert diff[1, 1] > 0 and diff[0, 0] > 0 and diff[2, 2] == 0
+    with pytest.raises(ValueError, match="even"):
+        OverlapPatchEmbed(img_size=32, patch_size=4, in_chans=1, embed_dim=8, overlap=3)
+
+
+def test_token_width_rules():
+    assert seed_token_widths([12, 36, 144], 0.25) == [12, 36, 36]  # H_k = C_k for the two coarsest levels
+    widths = proportional_token_widths([4, 12], 64)
+    assert widths == [16, 48] and sum(widths) == 64
+    assert sum(proportional_token_widths([12, 36, 144, 192], 100)) == 100
+    assert resolve_token_widths([8, 8], [4, 12], 64, 0.5) == [8, 8]
+    with pytest.raises(ValueError, match="one positive width per level"):
+        resolve_token_widths([8], [4, 12], 64, 0.5)
+
+
+def test_wavelet_embed_is_block_sparse():
+    """Each level's coefficients reach only that level's slice of the token (Q = blockdiag(Q_L, ..., Q_1))."""
+    embed = WaveletEmbed(img_size=32, in_chans=1, embed_dim=64, levels=2, zero_fraction=0.0)
+    w = torch.zeros(1, 64, 16)
+    w[..., 0] = 1.0  # a coarsest-level coefficient
+    out = embed.projection(w) - embed.projection(torch.zeros_like(w))
+    assert out[..., :16].abs().sum() > 0 and out[..., 16:].abs().sum() == 0
+    assert len(embed.dense) == 0  # H = embed_dim: no adapter
+
+
+def test_wavelet_embed_adapter_when_token_width_differs():
+    embed = WaveletEmbed(img_size=32, in_chans=3, embed_dim=64, levels=2, token_widths="seed", dense_layers=1)
+    assert embed.token_width == 24  # seed rule at L = 2: H_k = C_k = 12 + 12
+    assert embed(torch.rand(2, 3, 32, 32)).shape == (2, 64, 64)
+
+
+def test_registered_timm_variants():
+    for name in (
+        "vit_tiny_patch4_32",
+        "vit_tiny_wavelet_db1_l2_32",
+        "vit_tiny_wavelet_coif1_l2_32",
+        "rbw_vit",
+    ):
+        assert name in timm.list_models("*")
+    model = timm.create_model("vit_tiny_wavelet_coif1_l2_32", in_chans=3, num_classes=7)
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 7)
+    with pytest.raises(ValueError, match="pretrained"):
+        timm.create_model("vit_tiny_patch4_32", pretrained=True)
+
+
+def test_token_width_can_differ_from_attention_width():
+    model = rbw_vit(tokenizer="wavelet", embed_dim=64, attn_dim=128, num_heads=4)
+    attn = model.blocks[0].attn
+    assert attn.qkv.in_features == 64 and attn.qkv.out_features == 3 * 128 and attn.proj.out_features == 64
+    assert model(torch.rand(1, 1, 32, 32)).shape == (1, 10)
+
+
+def test_zoo_has_the_required_entries_with_equal_bodies_and_token_counts():
+    zoo = list_zoo()
+    for name in ("patch", "wavelet", "wavelet-coif1", "wavelet-dense"):
+        assert name in zoo
+    info = _info()
+    described = {
+        name: describe(build_model(name, info))
+        for name in ("patch", "wavelet", "wavelet-coif1", "wavelet-dense")
+    }
+    assert len({d["tokens"] for d in described.values()}) == 1
+    assert len({d["embed_dim"] for d in described.values()}) == 1
+    assert load_spec("wavelet-dense")["tokenizer_args"]["zero_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("name", list_zoo())
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_every_zoo_model_outputs_logits_and_every_parameter_gets_a_gradient(name, in_chans):
+    torch.manual_seed(0)
+    model = build_model(name, _info(in_chans))
+    x = torch.rand(4, in_chans, 32, 32, requires_grad=True)
+    logits = model(x)
+    assert logits.shape == (4, 10) and torch.isfinite(logits).all()
+    logits.logsumexp(1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing
+    assert x.grad.abs().sum() > 0  # the exact input gradient crosses the fixed front-end
+
+
+@pytest.mark.parametrize("name", ["wavelet", "wavelet-coif1"])
+def test_blocked_mode_zeroes_input_gradient_of_wavelet_models(name):
+    model = build_model(name, _info()).eval()
+    assert has_fixed_front_end(model)
+    x = torch.rand(2, 1, 32, 32, requires_grad=True)
+    with grad_mode(model, "blocked"):
+        model(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() == 0
+
+
+def test_wrong_image_size_raises_value_error():
+    model = build_model("patch", _info())
+    with pytest.raises(ValueError, match="takes"):
+        model(torch.rand(1, 1, 28, 28))
+    with pytest.raises(ValueError, match="not divisible"):
+        build_model("wavelet", _info(img_size=30))
+
+
+def test_unknown_model_lists_the_zoo():
+    with pytest.raises(ValueError, match=r"unknown model 'nope'.*wavelet"):
+        load_spec("nope")

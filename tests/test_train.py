@@ -1,0 +1,133 @@
+"""`python -m robustbench_wave.train`: outputs, resume after a kill, bad input, checkpoint integrity."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from robustbench_wave import checkpoint as ckpt
+from robustbench_wave import engine, train
+from robustbench_wave.data import load_split, to_float
+
+ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--test-subset", "128", "--batch-size", "32",
+        "--epochs", "2", "--no-progress"]  # fmt: skip
+
+
+def _run(tmp_path, *extra: str) -> int:
+    return train.main([*ARGS, "--out", str(tmp_path), *extra])
+
+
+def test_train_writes_checkpoint_config_metrics_and_summary(tmp_path, capsys):
+    assert _run(tmp_path, "--model", "patch", "--model", "wavelet") == 0
+    for name in ("patch", "wavelet"):
+        directory = ckpt.run_dir(tmp_path, "synthetic", name, 0)
+        config = json.loads((directory / "config.json").read_text())
+        metrics = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+        assert [m["epoch"] for m in metrics] == [1, 2]
+        assert {"train_loss", "train_accuracy", "val_accuracy", "train_images_per_s"} <= set(metrics[0])
+        assert config["recipe"]["epochs"] == 2 and config["model_spec"]["name"] == name
+        assert set(load_file(str(directory / "model.safetensors")))  # real safetensors weights
+        assert not (directory / "resume.json").exists()
+        # the recorded clean accuracy is what the reloaded checkpoint really gets
+        model, meta = ckpt.load_trained(name, "synthetic", tmp_path)
+        images, labels, _ = load_split("synthetic", "test")
+        with torch.no_grad():
+            acc = (model(to_float(images[:128])).argmax(1) == labels[:128]).float().mean().item()
+        assert acc == pytest.approx(meta["clean_accuracy"])
+    summary = pd.read_csv(tmp_path / "train" / "synthetic" / "summary.csv")
+    assert sorted(summary["model"]) == ["patch", "wavelet"]
+    assert (summary["tokens"] == 64).all() and summary["params"].gt(0).all() and summary["gmacs"].gt(0).all()
+    out = capsys.readouterr().out
+    assert "Training summary" in out and "wavelet" in out
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    _run(tmp_path / "whole", "--model", "wavelet")
+    reference = load_file(
+        str(ckpt.run_dir(tmp_path / "whole", "synthetic", "wavelet", 0) / "model.safetensors")
+    )
+
+    real_epoch = engine.train_one_epoch
+    calls = {"n": 0}
+
+    def killed_in_second_epoch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # as if the process were killed mid-epoch
+        return real_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(train, "train_one_epoch", killed_in_second_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "killed", "--model", "wavelet")
+    directory = ckpt.run_dir(tmp_path / "killed", "synthetic", "wavelet", 0)
+    assert json.loads((directory / "resume.json").read_text())["epoch"] == 1
+    monkeypatch.setattr(train, "train_one_epoch", real_epoch)
+    _run(tmp_path / "killed", "--model", "wavelet")
+    resumed = load_file(str(directory / "model.safetensors"))
+    for key, value in reference.items():
+        torch.testing.assert_close(resumed[key], value, rtol=0, atol=0)
+    assert len((directory / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_rerun_reuses_a_finished_run_and_refuses_a_different_config(tmp_path):
+    _run(tmp_path, "--model", "patch")
+    weights = ckpt.run_dir(tmp_path, "synthetic", "patch", 0) / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    _run(tmp_path, "--model", "patch")
+    assert weights.stat().st_mtime_ns == stamp  # nothing retrained
+    with pytest.raises(SystemExit, match="different configuration"):
+        _run(tmp_path, "--model", "patch", "--lr", "0.01")
+
+
+def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
+    _run(tmp_path, "--model", "patch")
+    directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
+    weights = directory / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10:] = b"\x00" * 10
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="does not match the sha256"):
+        ckpt.load_trained("patch", "synthetic", tmp_path)
+    weights.write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="corrupt"):
+        ckpt.load_weights(weights, train.build_model("patch", load_split("synthetic", "test")[2]))
+    _run(tmp_path, "--model", "patch", "--fresh")
+    wavelet = train.build_model("wavelet", load_split("synthetic", "test")[2])
+    with pytest.raises(ValueError, match="does not fit this model"):
+        ckpt.load_weights(weights, wavelet)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--model", "nope"], "unknown model"), (["--dataset", "mnist3"], "unknown data set"),
+     (["--epochs", "0"], "must be positive")],
+)  # fmt: skip
+def test_bad_input_exits_with_a_clear_message(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        train.main([*ARGS, "--out", str(tmp_path), *argv])
+
+
+def test_untrained_model_gives_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"run python -m robustbench_wave\.train"):
+        ckpt.load_trained("patch", "synthetic", tmp_path)
+
+
+def test_help_explains_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    text = capsys.readouterr().out
+    for flag in (
+        "--model",
+        "--dataset",
+        "--epochs",
+        "--batch-size",
+        "--seed",
+        "--out",
+        "--train-subset",
+        "--fresh",
+    ):
+        assert flag in text
