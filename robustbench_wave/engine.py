@@ -31,7 +31,7 @@ class Recipe:
     min_lr_ratio: float = 0.02
     label_smoothing: float = 0.1
     grad_clip: float = 1.0
-    augmentation: bool = True
+    augmentation: bool = False  # random crop (+ flip for colour): slows the short CPU schedules, see README
     val_fraction: float = 0.1
 
     def to_dict(self) -> dict:
