@@ -1,0 +1,424 @@
+"""Declarative attack suites (``attacks/*.toml``): which attacks, with which settings, at which budgets.
+
+A suite file has three parts (see ``attacks/default.toml`` for a commented example):
+
+* ``[eps.<dataset>]`` -- budgets per threat model in [0,1] pixel units, chosen by ``DatasetInfo.name``
+  (``fashion-mnist``, ``cifar10``); any other data set (``imagefolder-*``, ``synthetic*``, user data) uses
+  ``[eps.default]``, and a threat missing from a data set's block falls back to the default block as well.
+  Values are numbers or fraction strings such as ``"8/255"`` (parsed to floats; results store numbers).
+* ``[settings]`` -- ``rng_block``: library attacks whose randomness we cannot seed per example
+  (torchattacks' APGD and Square, foolbox/torchattacks PGD) are called on fixed blocks of example ids, each
+  with its own seed, so their results never depend on ``--batch-size``.
+* ``[[attack]]`` entries, run in file order: ``name`` (unique), ``family`` (see :data:`FAMILIES`), ``threat``,
+  an optional ``backend`` and ``eps`` (overrides the data set's list), and the family's hyper-parameters.
+
+Threat models (Croce & Hein 2020; Carlini et al. 2019): ``Linf`` and ``L2`` norms of the perturbation in
+pixel units; ``L0`` is our budget for salt-and-pepper noise: the *fraction of pixel positions* (all channels
+of a pixel together) that may change, so ``eps = 0.05`` lets 5% of the pixels flip to black or white.
+Validation: ``Linf`` and ``L0`` budgets must lie in [0, 1]; ``L2`` budgets must be >= 0 (an L2 budget above 1
+is normal, e.g. 2.0 on 28x28 images) and are checked against sqrt(C*H*W) when the data is known.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parent.parent / "attacks"))
+THREATS = ("Linf", "L2", "L0")
+DEFAULT_EPS_KEY = "default"
+DEFAULT_RNG_BLOCK = 128
+NOISE_THREAT = {"uniform": "Linf", "sign": "Linf", "gaussian": "L2", "salt_pepper": "L0"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyper-parameter of an attack family: its type, default (None = required) and allowed values."""
+
+    type: type
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the harness knows about an attack family: kind, threats, backends and hyper-parameters."""
+
+    kind: str  # clean | noise | white-box | black-box | transfer
+    threats: tuple[str, ...]
+    backends: tuple[str, ...]  # the first is the default
+    grad_dependent: bool  # runs once per gradient mode (else once, shared by all modes)
+    params: dict[str, Param] = field(default_factory=dict)
+    iterative: bool = False  # records correct_last (best-vs-last iterate)
+
+
+_PGD_PARAMS = {
+    "steps": Param(int, 20, minimum=1),
+    "rel_step_size": Param(float, 0.1, minimum=0.0),
+    "restarts": Param(int, 1, minimum=1),
+    "random_start": Param(bool, True),
+}
+
+FAMILIES: dict[str, Family] = {
+    "clean": Family("clean", ("none",), ("builtin",), grad_dependent=False),
+    "noise": Family(
+        "noise",
+        ("Linf", "L2", "L0"),
+        ("builtin",),
+        grad_dependent=False,
+        params={
+            "distribution": Param(str, None, choices=tuple(NOISE_THREAT)),
+            "draws": Param(int, 1, minimum=1),
+        },
+    ),
+    "fgsm": Family("white-box", ("Linf",), ("torchattacks", "foolbox", "builtin"), grad_dependent=True),
+    "pgd": Family(
+        "white-box",
+        ("Linf", "L2"),
+        ("builtin", "torchattacks", "foolbox"),
+        grad_dependent=True,
+        params=dict(_PGD_PARAMS),
+        iterative=True,
+    ),
+    "apgd": Family(
+        "white-box",
+        ("Linf", "L2"),
+        ("torchattacks",),
+        grad_dependent=True,
+        params={
+            "steps": Param(int, 100, minimum=1),
+            "restarts": Param(int, 1, minimum=1),
+            "loss": Param(str, "ce", choices=("ce", "dlr")),
+            "rho": Param(float, 0.75, minimum=0.0),
+        },
+    ),
+    "square": Family(
+        "black-box",
+        ("Linf", "L2"),
+        ("torchattacks",),
+        grad_dependent=False,
+        params={
+            "n_queries": Param(int, 1000, minimum=1),
+            "p_init": Param(float, 0.8, minimum=0.0),
+            "restarts": Param(int, 1, minimum=1),
+            "loss": Param(str, "margin", choices=("margin", "ce")),
+        },
+    ),
+    "transfer": Family(
+        "transfer",
+        ("Linf", "L2"),
+        ("builtin",),
+        grad_dependent=False,
+        params=dict(_PGD_PARAMS),
+    ),
+}
+BACKENDS = ("builtin", "torchattacks", "foolbox")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class AttackEntry:
+    """One ``[[attack]]`` of a suite with its hyper-parameters resolved (defaults filled in)."""
+
+    name: str
+    family: str
+    threat: str
+    params: dict[str, Any]
+    backend: str | None = None  # pinned by the suite; None = follow the evaluation's backend choice
+    eps: tuple[float, ...] | None = None  # overrides the data set's list for this threat
+
+    @property
+    def spec(self) -> Family:
+        return FAMILIES[self.family]
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def resolve_backend(self, requested: str = "auto") -> str:
+        """The backend for this entry: the suite's pin, else ``requested`` if supported, else the default."""
+        if self.backend is not None:
+            return self.backend
+        if requested != "auto" and requested in self.spec.backends:
+            return requested
+        return self.spec.backends[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "family": self.family, "threat": self.threat, **self.params}
+        if self.backend is not None:
+            d["backend"] = self.backend
+        if self.eps is not None:
+            d["eps"] = list(self.eps)
+        return d
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A validated attack suite."""
+
+    name: str
+    attacks: tuple[AttackEntry, ...]
+    eps: dict[str, dict[str, tuple[float, ...]]]  # dataset key -> threat -> ascending budgets
+    description: str = ""
+    rng_block: int = DEFAULT_RNG_BLOCK
+    source: str = ""
+
+    def eps_key(self, dataset: Any = None) -> str:
+        """The ``[eps.*]`` block used for ``dataset`` (a DatasetInfo, a name/spec string, or None)."""
+        for cand in _dataset_keys(dataset):
+            if cand in self.eps:
+                return cand
+        return DEFAULT_EPS_KEY
+
+    def threat_eps(self, threat: str, dataset: Any = None) -> tuple[float, ...]:
+        key = self.eps_key(dataset)
+        for block in (key, DEFAULT_EPS_KEY):
+            if threat in self.eps.get(block, {}):
+                return self.eps[block][threat]
+        raise ValueError(
+            f"suite {self.name!r} has no {threat} budgets for data set {key!r}: add {threat} = [...] to "
+            f"[eps.{key}] or [eps.{DEFAULT_EPS_KEY}] in {self.source or 'the suite file'}"
+        )
+
+    def entry_eps(self, entry: AttackEntry, dataset: Any = None) -> tuple[float, ...]:
+        if entry.family == "clean":
+            return (0.0,)
+        return entry.eps if entry.eps is not None else self.threat_eps(entry.threat, dataset)
+
+    def resolved_eps(self, dataset: Any = None) -> dict[str, list[float]]:
+        """Every threat's eps list actually used for ``dataset`` (recorded in meta.json)."""
+        out: dict[str, list[float]] = {}
+        for entry in self.attacks:
+            if entry.family != "clean":
+                out.setdefault(entry.threat, [])
+                out[entry.threat] = sorted(set(out[entry.threat]) | set(self.entry_eps(entry, dataset)))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "settings": {"rng_block": self.rng_block},
+            "eps": {k: {t: list(v) for t, v in d.items()} for k, d in self.eps.items()},
+            "attack": [a.to_dict() for a in self.attacks],
+        }
+
+    def select(self, names: list[str]) -> Suite:
+        """A copy with only the named attacks (plus clean), e.g. to rerun one attack."""
+        unknown = sorted(set(names) - {a.name for a in self.attacks})
+        if unknown:
+            raise ValueError(
+                f"suite {self.name!r} has no attacks {unknown}; it has {[a.name for a in self.attacks]}"
+            )
+        keep = tuple(a for a in self.attacks if a.name in names or a.family == "clean")
+        return Suite(self.name, keep, self.eps, self.description, self.rng_block, self.source)
+
+
+def _dataset_keys(dataset: Any) -> list[str]:
+    if dataset is None:
+        return []
+    if isinstance(dataset, str):
+        raw = [dataset]
+    else:
+        raw = [getattr(dataset, "name", ""), getattr(dataset, "slug", "")]
+    return [str(r).strip().lower().replace("_", "-") for r in raw if r]
+
+
+def parse_eps(value: Any, *, where: str = "eps") -> float:
+    """A budget from a number or a fraction string (``"8/255"``); rejects non-finite or negative values."""
+    if isinstance(value, bool):
+        raise ValueError(f'{where}: {value!r} is not a number; write e.g. 0.03 or "8/255"')
+    if isinstance(value, int | float):
+        out = float(value)
+    elif isinstance(value, str):
+        try:
+            out = float(Fraction(value.replace(" ", "")))
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(
+                f'{where}: cannot parse {value!r}; write a number or a fraction such as "8/255"'
+            ) from None
+    else:
+        raise ValueError(f'{where}: {value!r} is not a number; write e.g. 0.03 or "8/255"')
+    if not math.isfinite(out) or out < 0:
+        raise ValueError(f"{where}: budget {value!r} must be a finite number >= 0")
+    return out
+
+
+def _eps_list(values: Any, threat: str, where: str) -> tuple[float, ...]:
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"{where}: expected a non-empty list of budgets, got {values!r}")
+    out = sorted({parse_eps(v, where=where) for v in values})
+    if threat in ("Linf", "L0"):
+        bad = [v for v in out if v > 1.0]
+        if bad:
+            unit = "pixel units (images live in [0,1])" if threat == "Linf" else "a fraction of the pixels"
+            raise ValueError(
+                f"{where}: {threat} budgets must lie in [0, 1] ({unit}); got {bad}. Did you mean {bad[0]}/255?"
+            )
+    return tuple(out)
+
+
+def _threat_name(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        for t in (*THREATS, "none"):
+            if value.lower() == t.lower():
+                return t
+    raise ValueError(f"{where}: unknown threat model {value!r}; choose one of {', '.join(THREATS)}")
+
+
+def _check_param(name: str, p: Param, value: Any, where: str) -> Any:
+    if p.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, p.type) or (p.type is int and isinstance(value, bool)):
+        raise ValueError(f"{where}: {name} = {value!r} must be of type {p.type.__name__}")
+    if p.choices is not None and value not in p.choices:
+        raise ValueError(f"{where}: {name} = {value!r}; choose one of {list(p.choices)}")
+    if p.minimum is not None and value < p.minimum:
+        raise ValueError(f"{where}: {name} = {value!r} must be >= {p.minimum}")
+    if p.type is float and not math.isfinite(value):
+        raise ValueError(f"{where}: {name} = {value!r} must be finite")
+    return value
+
+
+def _parse_entry(raw: Any, index: int) -> AttackEntry:
+    where = f"[[attack]] #{index + 1}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a table with name, family, threat, ...")
+    raw = dict(raw)
+    name = raw.pop("name", None)
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"{where}: every attack needs a name of letters, digits, '_', '-' or '.' (got {name!r})"
+        )
+    where = f"attack {name!r}"
+    family = raw.pop("family", None)
+    if family not in FAMILIES:
+        raise ValueError(f"{where}: unknown attack family {family!r}; known families: {', '.join(FAMILIES)}")
+    spec = FAMILIES[family]
+    raw.pop("description", None)
+    if family == "clean":
+        threat = "none"
+        raw.pop("threat", None)
+    else:
+        if "threat" not in raw and family == "noise" and raw.get("distribution") in NOISE_THREAT:
+            raw["threat"] = NOISE_THREAT[raw["distribution"]]
+        threat = _threat_name(raw.pop("threat", None), where)
+        if threat not in spec.threats:
+            raise ValueError(
+                f"{where}: family {family!r} supports threats {list(spec.threats)}, not {threat!r}"
+            )
+    backend = raw.pop("backend", None)
+    if backend is not None and backend not in spec.backends:
+        raise ValueError(
+            f"{where}: backend {backend!r} does not implement {family!r}; use one of {list(spec.backends)}"
+        )
+    eps = raw.pop("eps", None)
+    eps_t = _eps_list(eps, threat, f"{where}: eps") if eps is not None else None
+    params: dict[str, Any] = {}
+    for key, p in spec.params.items():
+        if key in raw:
+            params[key] = _check_param(key, p, raw.pop(key), where)
+        elif p.default is None:
+            raise ValueError(f"{where}: missing required parameter {key!r}")
+        else:
+            params[key] = p.default
+    if raw:
+        allowed = ["name", "family", "threat", "backend", "eps", "description", *spec.params]
+        raise ValueError(f"{where}: unknown keys {sorted(raw)} for family {family!r}; allowed: {allowed}")
+    if family == "noise" and NOISE_THREAT[params["distribution"]] != threat:
+        dist = params["distribution"]
+        raise ValueError(f"{where}: {dist} noise is budgeted in {NOISE_THREAT[dist]}, not {threat}")
+    return AttackEntry(name, family, threat, params, backend, eps_t)
+
+
+def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "suite") -> Suite:
+    """Validate a suite given as a dict (parsed TOML); every problem raises ValueError saying what to fix."""
+    data = copy.deepcopy(data)
+    name = str(data.pop("name", default_name))
+    description = str(data.pop("description", ""))
+    source = str(data.pop("source", "")) or source  # present when re-parsing Suite.to_dict() (meta.json)
+    settings = data.pop("settings", {}) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"suite {name!r}: [settings] must be a table")
+    settings = dict(settings)
+    rng_block = settings.pop("rng_block", DEFAULT_RNG_BLOCK)
+    if isinstance(rng_block, bool) or not isinstance(rng_block, int) or rng_block < 1:
+        raise ValueError(f"suite {name!r}: settings.rng_block must be a positive integer, got {rng_block!r}")
+    if settings:
+        raise ValueError(f"suite {name!r}: unknown settings {sorted(settings)}; allowed: ['rng_block']")
+    raw_eps = data.pop("eps", {}) or {}
+    if not isinstance(raw_eps, dict):
+        raise ValueError(f"suite {name!r}: [eps.<dataset>] must be tables of threat = [budgets]")
+    eps: dict[str, dict[str, tuple[float, ...]]] = {}
+    for key, block in raw_eps.items():
+        if not isinstance(block, dict):
+            raise ValueError(f"suite {name!r}: [eps.{key}] must be a table such as Linf = [0.01, 0.03]")
+        eps[key.lower()] = {
+            _threat_name(t, f"[eps.{key}]"): _eps_list(v, _threat_name(t, f"[eps.{key}]"), f"[eps.{key}] {t}")
+            for t, v in block.items()
+        }
+    raw_attacks = data.pop("attack", None)
+    if data:
+        raise ValueError(
+            f"suite {name!r}: unknown top-level keys {sorted(data)}; "
+            "allowed: name, description, settings, eps, attack, source"
+        )
+    if not isinstance(raw_attacks, list) or not raw_attacks:
+        raise ValueError(f'suite {name!r}: no [[attack]] entries; add at least one (e.g. family = "clean")')
+    attacks = [_parse_entry(a, i) for i, a in enumerate(raw_attacks)]
+    seen: set[str] = set()
+    for a in attacks:
+        if a.name in seen:
+            raise ValueError(f"suite {name!r}: attack name {a.name!r} is used twice; names must be unique")
+        seen.add(a.name)
+    if not any(a.family == "clean" for a in attacks):
+        attacks.insert(0, AttackEntry("clean", "clean", "none", {}))
+    elif attacks[0].family != "clean" or sum(a.family == "clean" for a in attacks) > 1:
+        raise ValueError(
+            f"suite {name!r}: put exactly one clean entry first (it defines who can be attacked)"
+        )
+    # every threat must have budgets somewhere (checked again per data set at evaluation time)
+    for a in attacks:
+        if a.family != "clean" and a.eps is None and not any(a.threat in b for b in eps.values()):
+            raise ValueError(
+                f"suite {name!r}: attack {a.name!r} uses threat {a.threat} but no [eps.*] block lists {a.threat} "
+                f"budgets; add {a.threat} = [...] to [eps.{DEFAULT_EPS_KEY}]"
+            )
+    return Suite(name, tuple(attacks), eps, description, rng_block, source)
+
+
+def list_suites(suite_dir: Path = SUITE_DIR) -> list[str]:
+    return sorted(p.stem for p in Path(suite_dir).glob("*.toml"))
+
+
+def load_suite(name_or_path: str | os.PathLike | Suite, suite_dir: Path = SUITE_DIR) -> Suite:
+    """A suite by name (``attacks/<name>.toml``) or by path to a TOML file."""
+    if isinstance(name_or_path, Suite):
+        return name_or_path
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" and path.exists()):
+        path = Path(suite_dir) / f"{name_or_path}.toml"
+    if not path.exists():
+        raise ValueError(
+            f"no attack suite {str(name_or_path)!r}: give a TOML path or one of {list_suites(suite_dir)} "
+            f"(files in {suite_dir})"
+        )
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path} is not valid TOML: {err}") from None
+    return parse_suite(data, source=str(path), default_name=path.stem)

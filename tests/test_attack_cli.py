@@ -1,0 +1,140 @@
+"""The attack CLI end to end on synthetic data with tiny stand-in checkpoints: run folder, resume, config
+guard, --help."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from robustbench_wave import attack, checkpoint
+from robustbench_wave.records import read_run
+
+
+def _tiny(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear(64, 10)).eval()
+
+
+@pytest.fixture
+def fake_checkpoints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    loaded: list[str] = []
+
+    def load_trained(name: str, dataset: str, results_dir: object = "results", seed: int = 0):  # type: ignore[no-untyped-def]
+        if name not in ("tiny", "tiny2"):
+            raise ValueError(f"no trained model {name}")
+        loaded.append(name)
+        return _tiny(len(name)), {
+            "checkpoint_sha256": f"sha-{name}",
+            "clean_accuracy": 0.1,
+            "run_dir": f"runs/{name}",
+        }
+
+    monkeypatch.setattr(checkpoint, "load_trained", load_trained)
+    return loaded
+
+
+def _args(tmp_path, *extra: str) -> list[str]:
+    return [
+        "--model",
+        "tiny",
+        "--dataset",
+        "synthetic",
+        "--n-examples",
+        "10",
+        "--suite",
+        "smoke",
+        "--out",
+        str(tmp_path),
+        "--attacks",
+        "noise_uniform,fgsm,pgd_linf,transfer_pgd_linf",
+        "--no-progress",
+        "--batch-size",
+        "4",
+        *extra,
+    ]
+
+
+def test_cli_writes_a_run_folder_and_resumes(tmp_path, capsys, fake_checkpoints: list[str]) -> None:
+    assert attack.main(_args(tmp_path, "--surrogate", "tiny2")) == 0
+    out = capsys.readouterr().out
+    assert "tiny/exact" in out and "worst-case" in out
+    run_dir = tmp_path / "attack" / "synthetic" / "tiny_smoke_n10_seed0_train0"
+    for name in (
+        "records.csv.gz",
+        "meta.json",
+        "summary.csv",
+        "table.csv",
+        "table.tex",
+        "table.txt",
+        "config.json",
+    ):
+        assert (run_dir / name).exists(), name
+    records, meta, _ = read_run(run_dir)
+    assert set(records["attack"]) == {"clean", "noise_uniform", "fgsm", "pgd_linf", "transfer_pgd_linf"}
+    assert records["example_id"].nunique() == 10
+    assert meta["models"]["tiny"]["checkpoint_sha256"] == "sha-tiny"
+    assert meta["models"]["tiny"]["surrogate"]["name"] == "tiny2"
+    assert meta["run"]["config"]["n_examples"] == 10
+    # a second identical invocation resumes every chunk and reproduces the records (batch size may differ)
+    assert attack.main(_args(tmp_path, "--surrogate", "tiny2", "--batch-size", "7")) == 0
+    again, meta2, _ = read_run(run_dir)
+    assert meta2["models"]["tiny"]["resumed_chunks"] == 4
+    pd.testing.assert_frame_equal(records, again)
+    # another configuration in the same folder is refused unless --overwrite
+    with pytest.raises(SystemExit, match="different configuration"):
+        attack.main(
+            _args(
+                tmp_path, "--surrogate", "tiny2", "--seed", "1", "--run-name", "tiny_smoke_n10_seed0_train0"
+            )
+        )
+    assert (
+        attack.main(
+            _args(
+                tmp_path,
+                "--surrogate",
+                "none",
+                "--seed",
+                "1",
+                "--run-name",
+                "tiny_smoke_n10_seed0_train0",
+                "--overwrite",
+            )
+        )
+        == 0
+    )
+    assert json.loads((run_dir / "config.json").read_text())["seed"] == 1
+
+
+def test_cli_errors_and_help(tmp_path, capsys, fake_checkpoints: list[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        attack.main(["--help"])
+    assert err.value.code == 0
+    helptext = capsys.readouterr().out
+    for flag in (
+        "--model",
+        "--suite",
+        "--dataset",
+        "--n-examples",
+        "--batch-size",
+        "--seed",
+        "--backend",
+        "--grad-modes",
+        "--out",
+        "--train-seed",
+        "--cross-check",
+        "--surrogate",
+        "--no-skip-broken",
+        "--run-name",
+        "--threads",
+    ):
+        assert flag in helptext
+    with pytest.raises(SystemExit, match="cannot load model 'patch'"):
+        attack.main(_args(tmp_path))  # default surrogate 'patch' is not trained here
+    with pytest.raises(SystemExit, match="no attack suite"):
+        attack.main([*_args(tmp_path, "--surrogate", "none"), "--suite", "nope"])
+    with pytest.raises(SystemExit, match="grad-modes"):
+        attack.main(_args(tmp_path, "--surrogate", "none", "--grad-modes", "exact,magic"))

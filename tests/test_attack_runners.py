@@ -1,0 +1,375 @@
+"""Attack implementations against oracles: budgets, the closed-form optimal L∞ attack on a linear model,
+gradient modes, per-example randomness, backend agreement and the model-state guard."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attack_fixtures import frontend_model, labelled, linear_model, small_cnn, teacher, toy_data
+from torch import nn
+
+from robustbench_wave import runners
+from robustbench_wave.bookkeeping import BudgetViolation, audit, perturbation_norm
+from robustbench_wave.frontend import grad_mode
+from robustbench_wave.runners import (
+    GradSafe,
+    RunContext,
+    attack_mode,
+    get_runner,
+    input_gradient,
+    pgd_core,
+    pgd_with_history,
+    seeded,
+)
+from robustbench_wave.suite import FAMILIES, parse_suite
+
+TOL = 1e-5
+
+
+def _entry(family: str, threat: str, **params: object):
+    extra = (
+        {"distribution": {"Linf": "uniform", "L2": "gaussian", "L0": "salt_pepper"}[threat]}
+        if family == "noise"
+        else {}
+    )
+    raw = {"name": f"{family}_{threat}", "family": family, "threat": threat, **extra, **params}
+    suite = parse_suite({"eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.1]}}, "attack": [raw]})
+    return suite.attacks[1]
+
+
+FAST = {
+    "pgd": {"steps": 3, "restarts": 2},
+    "apgd": {"steps": 3},
+    "square": {"n_queries": 10},
+    "transfer": {"steps": 2},
+}
+CASES = [
+    (fam, threat, backend)
+    for fam, spec in FAMILIES.items()
+    if fam != "clean"
+    for threat in spec.threats
+    for backend in spec.backends
+]
+
+
+@pytest.mark.parametrize(("family", "threat", "backend"), CASES)
+def test_every_attack_respects_its_budget(family: str, threat: str, backend: str) -> None:
+    model = small_cnn()
+    x = toy_data(12)
+    y = labelled(model, x)
+    entry = _entry(family, threat, **FAST.get(family, {}))
+    spec = get_runner(family, backend)
+    budgets = {"Linf": [0.03, 0.3], "L2": [0.5, 2.0], "L0": [0.02, 0.25]}[threat]
+    with attack_mode(model):
+        ctx = RunContext(seed=0, surrogate=GradSafe(teacher()), block_seed=1)
+        for eps in budgets:
+            with seeded(0):
+                x_adv = spec.fn(GradSafe(model), x, y, torch.arange(12), eps, entry, ctx).x_adv
+            # independent check of the threat model (not through audit)
+            d = (x_adv - x).flatten(1)
+            if threat == "Linf":
+                norm = d.abs().max(1).values
+            elif threat == "L2":
+                norm = d.norm(dim=1)
+            else:
+                norm = ((x_adv - x).abs().amax(1) > 0).flatten(1).float().mean(1)
+            assert torch.isfinite(x_adv).all() and x_adv.min() >= 0 and x_adv.max() <= 1
+            assert (norm <= eps * (1 + TOL) + 1e-6).all(), (family, backend, eps, norm.max())
+            if family != "fgsm" or threat == "Linf":
+                assert norm.max() > 0  # it did perturb something
+
+
+def _optimal_linf_margin(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor, eps: float):
+    """Closed-form worst case of a linear model in the L∞ ball ∩ [0,1]: per class pair, push every pixel
+    against the sign of the weight difference as far as the box allows. Returns (min margin, worst point)."""
+    xf = x.flatten(1)
+    margins, points = [], []
+    for o in range(w.shape[0]):
+        d = w[y] - w[o]  # (B, D)
+        x_opt = torch.where(d > 0, (xf - eps).clamp(min=0), (xf + eps).clamp(max=1))
+        m = (d * x_opt).sum(1) + b[y] - b[o]
+        m[y == o] = float("inf")
+        margins.append(m)
+        points.append(x_opt)
+    margins_t = torch.stack(margins, 1)
+    worst = margins_t.argmin(1)
+    return margins_t.min(1).values, torch.stack(points, 1)[torch.arange(len(x)), worst].view_as(x)
+
+
+def test_builtin_pgd_finds_the_optimal_linf_attack_on_a_binary_linear_model() -> None:
+    g = torch.Generator().manual_seed(3)
+    # moderate logit scale: at margins of ~100 float32 cross-entropy saturates and its gradient vanishes
+    w = 0.2 * torch.randn(2, 64, generator=g)
+    b = 0.1 * torch.randn(2, generator=g)
+    model = linear_model(w, b)
+    x = toy_data(64, seed=4)
+    y = labelled(model, x)
+    for eps in (0.03, 0.08, 0.12):
+        min_margin, x_opt = _optimal_linf_margin(w, b, x, y, eps)
+        with attack_mode(model):
+            x_adv, _, _ = pgd_core(
+                GradSafe(model),
+                x,
+                y,
+                torch.arange(64),
+                eps=eps,
+                norm="Linf",
+                steps=12,
+                step_size=eps / 4,
+                restarts=1,
+                random_start=True,
+            )
+        with torch.no_grad():
+            robust_pgd = model(x_adv).argmax(1) == y
+        robust_opt = min_margin > 0
+        assert 0 < int(robust_opt.sum()) < 64  # the budget is informative
+        assert torch.equal(robust_pgd, robust_opt)
+        torch.testing.assert_close(x_adv, x_opt, atol=1e-6, rtol=0)  # it reaches the optimal corner itself
+
+
+def test_builtin_pgd_matches_the_exact_robust_accuracy_of_a_multiclass_linear_model() -> None:
+    model = teacher(n_classes=4, seed=7)
+    w, b = model[1].weight.detach(), model[1].bias.detach()
+    x = toy_data(64, seed=8)
+    y = labelled(model, x)
+    eps = 0.05
+    min_margin, _ = _optimal_linf_margin(w, b, x, y, eps)
+    with attack_mode(model):
+        x_adv, _, _ = pgd_core(
+            GradSafe(model),
+            x,
+            y,
+            torch.arange(64),
+            eps=eps,
+            norm="Linf",
+            steps=20,
+            step_size=eps / 8,
+            restarts=2,
+        )
+    with torch.no_grad():
+        acc_pgd = (model(x_adv).argmax(1) == y).float().mean().item()
+    acc_opt = (min_margin > 0).float().mean().item()
+    assert acc_pgd >= acc_opt - 1e-9  # no attack beats the optimum
+    assert acc_pgd - acc_opt <= 2 / 64  # and cross-entropy PGD gets within two points of it
+
+
+def test_blocked_mode_gives_zero_input_gradient_exact_and_bpda_do_not() -> None:
+    model = frontend_model()
+    x = toy_data(8)
+    y = labelled(model, x)
+    grads = {}
+    for mode in ("exact", "blocked", "bpda"):
+        with grad_mode(model, mode):
+            grads[mode] = input_gradient(model, x, y)
+    assert torch.count_nonzero(grads["blocked"]) == 0
+    assert grads["exact"].abs().sum() > 0 and grads["bpda"].abs().sum() > 0
+    # bpda differentiates the un-thresholded transform: it sees pixels the exact mask hides
+    assert not torch.allclose(grads["exact"], grads["bpda"])
+    # and the model's previous mode is restored, also after an exception inside the block
+    with pytest.raises(RuntimeError), grad_mode(model, "blocked"):
+        raise RuntimeError("boom")
+    assert model[0].grad_mode.value == "exact"
+
+
+def test_blocked_pgd_cannot_move_beyond_its_random_start() -> None:
+    model = frontend_model()
+    x = toy_data(16)
+    y = labelled(model, x)
+    with grad_mode(model, "blocked"):
+        a, _ = pgd_with_history(
+            model, x, y, 0.1, "Linf", steps=4, step_size=0.05, restarts=1, seed=0, random_start=False
+        )
+    torch.testing.assert_close(a, x)  # zero gradient: sign(0) = 0, no step
+
+
+def test_random_start_depends_only_on_seed_example_and_restart() -> None:
+    model = small_cnn()
+    x = toy_data(10)
+    y = labelled(model, x)
+    ids = torch.arange(100, 110)
+    with attack_mode(model):
+        m = GradSafe(model)
+        full, last_full, _ = pgd_core(
+            m, x, y, ids, eps=0.1, norm="L2", steps=3, step_size=0.05, restarts=2, seed=5
+        )
+        perm = torch.tensor([7, 2, 9])
+        part, last_part, _ = pgd_core(
+            m, x[perm], y[perm], ids[perm], eps=0.1, norm="L2", steps=3, step_size=0.05, restarts=2, seed=5
+        )
+        other, _, _ = pgd_core(m, x, y, ids, eps=0.1, norm="L2", steps=3, step_size=0.05, restarts=2, seed=6)
+    torch.testing.assert_close(part, full[perm], atol=1e-6, rtol=0)
+    assert torch.equal(last_part, last_full[perm])
+    assert not torch.allclose(other, full)  # the seed matters
+
+
+def test_pgd_history_rises_on_a_linear_model_and_best_iterate_is_kept() -> None:
+    g = torch.Generator().manual_seed(0)
+    model = linear_model(torch.randn(2, 64, generator=g))
+    x = toy_data(32)
+    y = labelled(model, x)
+    _, hist = pgd_with_history(model, x, y, 0.05, "Linf", steps=6, step_size=0.0125, restarts=2, seed=0)
+    assert hist.shape == (6,)
+    assert (hist[1:] >= hist[:-1] - 1e-6).all()  # ascent on a linear loss never goes down
+    # best iterate: with an overshooting step the last iterate can be right while a middle one was wrong
+    with attack_mode(model):
+        best, correct_last, _ = pgd_core(
+            GradSafe(model),
+            x,
+            y,
+            torch.arange(32),
+            eps=0.05,
+            norm="Linf",
+            steps=6,
+            step_size=0.0125,
+            restarts=1,
+        )
+    with torch.no_grad():
+        correct_best = model(best).argmax(1) == y
+    assert (correct_best <= correct_last).all()  # best is never weaker than the last iterate
+
+
+def test_audit_rejects_out_of_budget_points_and_names_the_attack() -> None:
+    x = toy_data(4)
+    ok = (x + 0.1).clamp(0, 1)
+    torch.testing.assert_close(
+        audit(x, ok, 0.1, "Linf", "mine").float(), perturbation_norm(ok - x, "Linf").float()
+    )
+    with pytest.raises(BudgetViolation, match=r"'rogue'.*Linf budget"):
+        audit(x, (x + 0.2).clamp(0, 1), 0.1, "Linf", "rogue")
+    with pytest.raises(BudgetViolation, match=r"'rogue'.*\[0,1\]"):
+        audit(x, x + 0.05, 0.1, "Linf", "rogue")
+    with pytest.raises(BudgetViolation, match=r"'rogue'.*NaN"):
+        audit(x, x * float("nan"), 0.1, "Linf", "rogue")
+    d = torch.zeros_like(x)
+    d[:, :, 0, 0] = 0.5
+    assert torch.allclose(perturbation_norm(d, "L0"), torch.full((4,), 1 / 64, dtype=torch.float64))
+    with pytest.raises(BudgetViolation, match=r"'rogue'.*L2"):
+        audit(x, (x + d).clamp(0, 1), 0.4, "L2", "rogue")
+
+
+def test_attack_mode_restores_model_state_even_when_the_attack_raises() -> None:
+    model = small_cnn().train()
+    model[0].weight.requires_grad_(False)
+    before = ([m.training for m in model.modules()], [p.requires_grad for p in model.parameters()])
+    with pytest.raises(ValueError), attack_mode(model):
+        assert not model.training and not any(p.requires_grad for p in model.parameters())
+        raise ValueError("attack failed")
+    assert ([m.training for m in model.modules()], [p.requires_grad for p in model.parameters()]) == before
+
+
+def _robust_acc(
+    model: nn.Module, family: str, backend: str, x, y, eps: float, threat: str = "Linf", **params
+) -> torch.Tensor:
+    entry = _entry(family, threat, **params)
+    with attack_mode(model), seeded(0):
+        x_adv = (
+            get_runner(family, backend)
+            .fn(GradSafe(model), x, y, torch.arange(len(x)), eps, entry, RunContext())
+            .x_adv
+        )
+        with torch.no_grad():
+            return model(x_adv).argmax(1) == y
+
+
+def test_fgsm_backends_return_the_same_points() -> None:
+    model = small_cnn()
+    x = toy_data(32)
+    y = labelled(model, x)
+    outs = {}
+    entry = _entry("fgsm", "Linf")
+    for backend in ("builtin", "torchattacks", "foolbox"):
+        with attack_mode(model):
+            outs[backend] = (
+                get_runner("fgsm", backend)
+                .fn(GradSafe(model), x, y, torch.arange(32), 0.05, entry, RunContext())
+                .x_adv
+            )
+    torch.testing.assert_close(outs["torchattacks"], outs["builtin"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(outs["foolbox"], outs["builtin"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("threat", "eps"), [("Linf", 0.04), ("L2", 0.2)])
+def test_pgd_backends_agree_on_the_same_points(threat: str, eps: float) -> None:
+    model = teacher(n_classes=3, seed=2)
+    x = toy_data(64, seed=9)
+    y = labelled(model, x)
+    params = {"steps": 10, "rel_step_size": 0.25, "restarts": 1}
+    acc = {
+        b: _robust_acc(model, "pgd", b, x, y, eps, threat, **params).float().mean().item()
+        for b in ("builtin", "torchattacks", "foolbox")
+    }
+    assert 0.1 < acc["builtin"] < 0.9, acc  # an informative budget
+    assert abs(acc["torchattacks"] - acc["builtin"]) <= 0.08, acc
+    assert abs(acc["foolbox"] - acc["builtin"]) <= 0.08, acc
+
+
+def test_noise_draws_are_per_example_and_salt_pepper_hits_the_stated_density() -> None:
+    x = toy_data(6, shape=(3, 8, 8))
+    gens = runners.example_generators(0, "sp", torch.arange(6), 0)
+    out = runners.noise_sample("salt_pepper", x, 0.25, gens)
+    changed = (out != x).any(1).flatten(1).sum(1)
+    assert (changed <= 16).all() and (
+        changed >= 12
+    ).all()  # 16 = floor(0.25 * 64) positions, some already 0/1
+    vals = out[(out != x)]
+    assert set(vals.unique().tolist()) <= {0.0, 1.0}
+    again = runners.noise_sample(
+        "salt_pepper", x[3:4], 0.25, runners.example_generators(0, "sp", torch.tensor([3]), 0)
+    )
+    assert torch.equal(again, out[3:4])
+
+
+class _Bypass(nn.Module):
+    """A fixed front-end plus a skip path on raw pixels: blocking the front-end does not block the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = frontend_model()
+        self.skip = nn.Linear(64, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + self.skip(x.flatten(1))
+
+
+def test_structural_zero_gradient_probe() -> None:
+    x = toy_data(4)
+    model, bypass = frontend_model(), _Bypass()
+    with grad_mode(model, "blocked"), grad_mode(bypass, "blocked"):
+        assert runners.input_gradient_blocked(model, x)
+        assert not runners.input_gradient_blocked(bypass, x)
+    for mode in ("exact", "bpda"):
+        with grad_mode(model, mode):
+            assert not runners.input_gradient_blocked(model, x)
+    assert not runners.input_gradient_blocked(small_cnn(), x)
+
+
+@pytest.mark.parametrize(
+    ("family", "backend", "threat"),
+    [
+        ("pgd", "builtin", "Linf"),
+        ("pgd", "torchattacks", "Linf"),
+        ("pgd", "torchattacks", "L2"),
+        ("pgd", "foolbox", "Linf"),
+        ("pgd", "foolbox", "L2"),
+        ("apgd", "torchattacks", "Linf"),
+        ("apgd", "torchattacks", "L2"),
+    ],
+)
+def test_with_a_blocked_gradient_one_step_equals_many(family: str, backend: str, threat: str) -> None:
+    """The evaluation runs gradient attacks for 1 step when the gradient is structurally zero: same points."""
+    model = frontend_model()
+    x = toy_data(16)
+    y = labelled(model, x)
+    eps = 0.2 if threat == "Linf" else 1.0
+    outs = []
+    with attack_mode(model), grad_mode(model, "blocked"):
+        for steps in (25, 1):
+            entry = _entry(family, threat, steps=steps, restarts=2)
+            with seeded(7):
+                outs.append(
+                    get_runner(family, backend)
+                    .fn(GradSafe(model), x, y, torch.arange(16), eps, entry, RunContext(block_seed=7))
+                    .x_adv
+                )
+    assert torch.equal(outs[0], outs[1])
+    assert (outs[0] != x).any()  # the random start is there

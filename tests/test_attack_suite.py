@@ -1,0 +1,117 @@
+"""Suite files: parsing, per-data-set budgets, validation messages, backend resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from robustbench_wave.suite import FAMILIES, load_suite, parse_eps, parse_suite
+
+
+def _minimal(**attack: object) -> dict:
+    return {
+        "name": "t",
+        "eps": {"default": {"Linf": [0.1], "L2": [0.5], "L0": [0.05]}},
+        "attack": [{"name": "clean", "family": "clean"}, attack],
+    }
+
+
+def test_default_suite_has_every_required_attack_and_per_dataset_budgets() -> None:
+    s = load_suite("default")
+    families = {a.family for a in s.attacks}
+    assert families == {"clean", "noise", "fgsm", "pgd", "apgd", "square", "transfer"}
+    noise = {a.params["distribution"] for a in s.attacks if a.family == "noise"}
+    assert noise == {"uniform", "sign", "gaussian", "salt_pepper"}
+    apgd = next(a for a in s.attacks if a.family == "apgd")
+    assert apgd.params["steps"] == 100
+    pgd = {a.threat: a for a in s.attacks if a.family == "pgd"}
+    assert (
+        set(pgd) == {"Linf", "L2"}
+        and pgd["Linf"].params["restarts"] >= 2
+        and pgd["Linf"].params["random_start"]
+    )
+    assert next(a for a in s.attacks if a.family == "square").params["n_queries"] >= 100
+    assert s.threat_eps("Linf", "fashion-mnist") == (0.01, 0.03, 0.1, 0.2, 0.3)
+    assert s.threat_eps("L2", "fashion-mnist") == (0.5, 1.0, 2.0)
+    assert s.threat_eps("Linf", "cifar10") == tuple(k / 255 for k in (1, 2, 4, 8, 16))  # from "k/255" strings
+    assert s.threat_eps("L2", "cifar10") == (0.25, 0.5, 1.0)
+    # data sets without their own block fall back to [eps.default]
+    assert s.eps_key("synthetic-rgb") == s.eps_key("imagefolder-pets") == s.eps_key(None) == "default"
+
+
+def test_smoke_suite_loads_and_covers_every_family() -> None:
+    assert {a.family for a in load_suite("smoke").attacks} == set(FAMILIES)
+
+
+def test_fraction_strings_and_numbers() -> None:
+    assert parse_eps("8/255") == 8 / 255 and parse_eps(0.5) == 0.5 and parse_eps(1) == 1.0
+    for bad in ("eight", "1/0", -0.1, float("nan"), True):
+        with pytest.raises(ValueError):
+            parse_eps(bad)
+
+
+@pytest.mark.parametrize(
+    ("attack", "message"),
+    [
+        ({"name": "x", "family": "deepfool", "threat": "Linf"}, "unknown attack family"),
+        ({"name": "x", "family": "pgd", "threat": "L1"}, "unknown threat model"),
+        ({"name": "x", "family": "pgd", "threat": "Linf", "eps": [8]}, "[0, 1]"),
+        (
+            {"name": "x", "family": "noise", "distribution": "salt_pepper", "threat": "L0", "eps": [1.5]},
+            "[0, 1]",
+        ),
+        ({"name": "x", "family": "pgd", "threat": "Linf", "eps": [-0.1]}, ">= 0"),
+        ({"name": "x", "family": "pgd", "threat": "Linf", "stepz": 3}, "unknown keys"),
+        ({"name": "x", "family": "pgd", "threat": "Linf", "steps": 0}, "steps"),
+        ({"name": "x", "family": "pgd", "threat": "Linf", "steps": 2.5}, "int"),
+        ({"name": "x", "family": "square", "threat": "Linf", "backend": "foolbox"}, "does not implement"),
+        ({"name": "x", "family": "noise", "distribution": "gaussian", "threat": "Linf"}, "budgeted in L2"),
+        ({"name": "x", "family": "noise", "threat": "Linf"}, "missing required parameter 'distribution'"),
+        ({"name": "x", "family": "fgsm", "threat": "L2"}, "supports threats"),
+    ],
+)
+def test_invalid_suites_raise_helpful_errors(attack: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=None) as err:
+        parse_suite(_minimal(**attack))
+    assert message in str(err.value)
+
+
+def test_l2_budgets_above_one_are_valid_and_global_checks() -> None:
+    s = parse_suite(_minimal(name="p", family="pgd", threat="L2", eps=[2.0, 0.5, 0.5]))
+    assert s.attacks[1].eps == (0.5, 2.0)  # sorted, de-duplicated
+    with pytest.raises(ValueError, match="used twice"):
+        parse_suite({**_minimal(name="clean", family="fgsm", threat="Linf")})
+    with pytest.raises(ValueError, match="no \\[\\[attack\\]\\]"):
+        parse_suite({"name": "t"})
+    with pytest.raises(ValueError, match=r"no .*L0"):
+        parse_suite(
+            {
+                "eps": {"default": {"Linf": [0.1]}},
+                "attack": [{"name": "n", "family": "noise", "distribution": "salt_pepper"}],
+            }
+        )
+    with pytest.raises(ValueError, match="unknown top-level"):
+        parse_suite({**_minimal(name="f", family="fgsm", threat="Linf"), "attacks": []})
+    with pytest.raises(ValueError, match="no attack suite"):
+        load_suite("no-such-suite")
+    # a clean entry is added when missing, and the threat of a noise entry follows its distribution
+    s = parse_suite(
+        {
+            "eps": {"default": {"L2": [0.5]}},
+            "attack": [{"name": "g", "family": "noise", "distribution": "gaussian"}],
+        }
+    )
+    assert [a.family for a in s.attacks] == ["clean", "noise"] and s.attacks[1].threat == "L2"
+
+
+def test_backend_resolution_and_defaults() -> None:
+    s = load_suite("default")
+    by = {a.name: a for a in s.attacks}
+    assert by["pgd_linf"].resolve_backend("auto") == "builtin"
+    assert by["pgd_linf"].resolve_backend("foolbox") == "foolbox"
+    assert by["fgsm"].resolve_backend("auto") == "torchattacks"
+    assert by["apgd_ce"].resolve_backend("foolbox") == "torchattacks"  # foolbox has no APGD
+    assert by["square"].resolve_backend("builtin") == "torchattacks"
+    pinned = parse_suite(_minimal(name="p", family="pgd", threat="Linf", backend="torchattacks")).attacks[1]
+    assert pinned.resolve_backend("builtin") == "torchattacks"
+    # the suite round-trips through its dict form (what meta.json records)
+    assert parse_suite(s.to_dict()).to_dict() == s.to_dict()
