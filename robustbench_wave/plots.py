@@ -1,0 +1,186 @@
+"""Figures for a run folder: accuracy-vs-eps curves, attack-loss curves, energy removed by sparsification.
+
+Carlini et al. 2019 ask for accuracy plotted against the budget (it must fall monotonically, to chance at
+large eps) and for the attack's convergence; the energy plot tests the seed paper's (Zhu & Soricut 2024)
+mechanism directly.  matplotlib's object API with the Agg canvas is used (no pyplot, no global backend
+switch), and every PNG is written atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .io import atomic_write
+
+log = logging.getLogger(__name__)
+
+MODE_STYLE = {"exact": "-", "blocked": ":", "bpda": "--", "worst": "-."}
+FIGURES_DIR = "figures"
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+
+
+def accuracy_curves(records: pd.DataFrame) -> pd.DataFrame:
+    """Worst-case robust accuracy per (model, grad_mode, threat, eps) with Wilson CIs, including eps = 0
+    (clean accuracy), from the attack developer's tables (``tables.summarize``)."""
+    from .tables import WORST, summarize
+
+    summary = summarize(records)
+    worst = summary[summary["attack"] == WORST]
+    clean = summary[(summary["threat"] == "none")]
+    frames = [worst]
+    for threat in worst["threat"].unique():
+        frames.append(clean.assign(threat=threat, eps=0.0))
+    cols = ["model", "grad_mode", "threat", "eps", "robust_accuracy", "ci_low", "ci_high"]
+    out = pd.concat(frames, ignore_index=True)[cols]
+    return out.sort_values(["model", "grad_mode", "threat", "eps"]).reset_index(drop=True)
+
+
+def combine_seeds(curves: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Mean over training seeds; the band is mean ± one standard deviation (not a CI)."""
+    allc = pd.concat(curves, ignore_index=True)
+    g = allc.groupby(["model", "grad_mode", "threat", "eps"], sort=True)["robust_accuracy"]
+    out = g.agg(["mean", "std", "count"]).reset_index()
+    out["std"] = out["std"].fillna(0.0)
+    return out.rename(columns={"mean": "robust_accuracy"}).assign(
+        ci_low=lambda d: (d["robust_accuracy"] - d["std"]).clip(0, 1),
+        ci_high=lambda d: (d["robust_accuracy"] + d["std"]).clip(0, 1),
+    )
+
+
+def plot_accuracy_vs_eps(
+    curves: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    chance: float | None = None,
+    band_label: str = "95% Wilson CI",
+) -> list[Path]:
+    """One PNG per threat model: worst-case robust accuracy against eps, one line per model and grad mode."""
+    out_dir = Path(out_dir)
+    paths = []
+    models = list(dict.fromkeys(curves["model"]))
+    colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    for threat, grp in curves.groupby("threat", sort=False):
+        fig = Figure(figsize=(6.4, 4.2))
+        ax = fig.add_subplot()
+        for (model, mode), line in grp.groupby(["model", "grad_mode"], sort=False):
+            line = line.sort_values("eps")
+            style = MODE_STYLE.get(str(mode), "-")
+            width = 2.4 if mode == "worst" else 1.6
+            ax.plot(
+                line["eps"], line["robust_accuracy"], style, color=colors[model], lw=width, marker="o", ms=3,
+                label=f"{model} / {mode}",
+            )  # fmt: skip
+            ax.fill_between(line["eps"], line["ci_low"], line["ci_high"], color=colors[model], alpha=0.12)
+        if chance is not None:
+            ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
+        ax.set_xlabel(f"{threat} budget ε (pixel units)")
+        ax.set_ylabel("robust accuracy (worst case over attacks)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"Accuracy vs ε — {threat} (bands: {band_label})", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+        paths.append(_save(fig, out_dir / f"accuracy_vs_eps_{_slug(str(threat))}.png"))
+    return paths
+
+
+def plot_loss_curves(histories: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path) -> Path | None:
+    """Attack loss (mean CE per PGD step) per model; one panel per model; labels ``mode:run`` get a line
+    style per gradient mode and a colour per run (base / more steps / more restarts)."""
+    histories = {m: h for m, h in histories.items() if h}
+    if not histories:
+        return None
+    fig = Figure(figsize=(4.2 * len(histories), 3.6))
+    for i, (model, curves) in enumerate(histories.items()):
+        ax = fig.add_subplot(1, len(histories), i + 1)
+        runs = list(dict.fromkeys(label.split(":")[-1] for label in curves))
+        for label, values in curves.items():
+            mode, run = label.split(":", 1) if ":" in label else ("", label)
+            color = f"C{runs.index(run) % 10}" if run in runs else "C0"
+            ax.plot(
+                np.arange(1, len(values) + 1),
+                values,
+                MODE_STYLE.get(mode, "-"),
+                color=color,
+                lw=1.3,
+                label=label,
+            )
+        ax.set_title(str(model), fontsize=10)
+        ax.set_xlabel("PGD step")
+        ax.set_ylabel("mean cross-entropy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, Path(path))
+
+
+def plot_energy_removed(energy: pd.DataFrame, path: str | Path) -> Path | None:
+    """Box plot of the share of perturbation energy sparsification removes, per model and perturbation."""
+    if energy is None or energy.empty:
+        return None
+    models = list(dict.fromkeys(energy["model"]))
+    kinds = list(dict.fromkeys(energy["perturbation"]))
+    fig = Figure(figsize=(max(5.0, 1.1 * len(kinds) * len(models) + 1.5), 4.0))
+    ax = fig.add_subplot()
+    data, positions, colors, ticks, labels = [], [], [], [], []
+    for mi, model in enumerate(models):
+        for ki, kind in enumerate(kinds):
+            vals = energy.loc[(energy["model"] == model) & (energy["perturbation"] == kind), "energy_removed"]
+            if vals.empty:
+                continue
+            pos = mi * (len(kinds) + 1) + ki
+            data.append(vals.to_numpy())
+            positions.append(pos)
+            colors.append(f"C{ki % 10}")
+            ticks.append(pos)
+            labels.append(f"{kind}\n{model}" if len(models) > 1 else kind)
+    parts = ax.boxplot(data, positions=positions, widths=0.7, patch_artist=True)
+    for patch, color in zip(parts["boxes"], colors):
+        patch.set_facecolor(color)
+        patch.set_alpha(0.5)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("share of coefficient energy removed")
+    ax.set_title("Energy of the perturbation removed by sparsification", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, Path(path))
+
+
+def write_figures(
+    out_dir: str | Path,
+    *,
+    curves: pd.DataFrame | None = None,
+    histories: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    energy: pd.DataFrame | None = None,
+    chance: float | None = None,
+    band_label: str = "95% Wilson CI",
+) -> dict[str, list[Path]]:
+    """All figures into ``out_dir/figures``; returns their paths by kind."""
+    fig_dir = Path(out_dir) / FIGURES_DIR
+    out: dict[str, list[Path]] = {"accuracy": [], "loss": [], "energy": []}
+    if curves is not None and not curves.empty:
+        out["accuracy"] = plot_accuracy_vs_eps(curves, fig_dir, chance=chance, band_label=band_label)
+    if histories:
+        p = plot_loss_curves(histories, fig_dir / "attack_loss.png")
+        out["loss"] = [p] if p else []
+    if energy is not None and not energy.empty:
+        p = plot_energy_removed(energy, fig_dir / "energy_removed.png")
+        out["energy"] = [p] if p else []
+    log.info("figures written to %s", fig_dir)
+    return out

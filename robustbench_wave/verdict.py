@@ -1,0 +1,498 @@
+"""The verdict on the wavelet tokenizer's claim ("naturally resistant to adversarial attacks"), from numbers.
+
+The seed paper (Zhu & Soricut 2024) argues that fixed kernels leave "no gradient" to attack.  A model's
+robustness supports that claim only if it survives attacks that do differentiate the front-end (exact
+autograd, BPDA; Athalye et al. 2018), gradient-free attacks (Square) and transfer -- the per-example worst
+case over all of them (Croce & Hein 2020) -- and exceeds that of a patch-tokenizer baseline evaluated the
+same way (Carlini et al. 2019).
+
+Everything here is computed from per-example records; model *names* are only labels in the text.  A model's
+role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
+candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .bookkeeping import wilson_interval
+from .diagnostics import clean_correct, robust_accuracy, threat_eps
+
+log = logging.getLogger(__name__)
+
+MASKING = "gradient masking"
+NOT_ROBUST = "no natural robustness"
+ROBUST = "robust under all attacks"
+MASKING_BUT_ROBUST = "partly gradient masking, still more robust"
+NO_BASELINE = "no baseline"
+_COLUMNS = (
+    "model",
+    "seed",
+    "threat",
+    "eps",
+    "n",
+    "modes",
+    "clean",
+    "wb_exact",
+    "wb_blocked",
+    "wb_bpda",
+    "gradient_free",
+    "transfer",
+    "lowfreq",
+    "lowfreq_alone",
+    "noise",
+    "worst_case",
+)
+
+
+@dataclass(frozen=True)
+class VerdictSettings:
+    """How big a difference must be before the text calls it one."""
+
+    gap_tol: float = 0.10  # blocked minus worst case: robustness that only blocked gradients show
+    chance_margin: float = 0.05  # "at chance" = within this of 1/num_classes
+    energy_gap: float = 0.10  # noise minus adversarial energy removed: the mechanism filters noise only
+
+
+@dataclass
+class Verdict:
+    """Plain-words verdict (Markdown paragraphs), per-model categories and the numbers behind them."""
+
+    text: str
+    categories: dict[str, str]
+    numbers: pd.DataFrame
+    headline: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline": self.headline,
+            "text": self.text,
+            "categories": self.categories,
+            "numbers": self.numbers.replace({np.nan: None}).to_dict(orient="records"),
+            "details": self.details,
+        }
+
+
+# --------------------------------------------------------------------------------------------------------
+# numbers
+# --------------------------------------------------------------------------------------------------------
+def _acc(rows: pd.DataFrame, threat: str, eps: float) -> float | None:
+    """Robust accuracy (clean AND every row at eps' <= eps) if any row of this threat exists, else None."""
+    if rows[rows["threat"] == threat].empty:
+        return None
+    return robust_accuracy(rows, threat, eps)[0]
+
+
+def headline_eps(records: pd.DataFrame, threat: str) -> float | None:
+    """The middle budget of a threat's grid (lower middle for even counts): chosen before seeing results."""
+    eps = threat_eps(records, threat)
+    return eps[(len(eps) - 1) // 2] if eps else None
+
+
+def claim_numbers(
+    records: pd.DataFrame, *, threat: str = "Linf", eps: float | None = None, seed: int | None = None
+) -> pd.DataFrame:
+    """One row per model at (threat, eps): clean accuracy, white-box robust accuracy per gradient mode,
+    gradient-free, transfer, low-frequency and noise accuracy, and the per-example worst case over all."""
+    eps = headline_eps(records, threat) if eps is None else eps
+    rows_out = []
+    if eps is None:
+        return pd.DataFrame(columns=list(_COLUMNS))
+    for model, rows in records.groupby("model", sort=False):
+        clean_rows = rows[rows["kind"] == "clean"].drop_duplicates("example_id")
+        modes = [m for m in ("exact", "blocked", "bpda") if m in set(rows["grad_mode"])]
+        out: dict[str, Any] = {"model": str(model), "seed": seed, "threat": threat, "eps": float(eps)}
+        clean = clean_correct(clean_rows if not clean_rows.empty else rows)
+        out["n"] = len(clean)
+        out["modes"] = ",".join(modes)
+        out["clean"] = float(clean.mean())
+        for mode in ("exact", "blocked", "bpda"):
+            wb = rows[
+                (rows["grad_mode"] == mode)
+                & (rows["kind"] == "white-box")
+                & (rows["family"] != "lowfreq-pgd")
+            ]
+            out[f"wb_{mode}"] = _acc(pd.concat([clean_rows, wb]), threat, eps) if not wb.empty else None
+        for key, mask in (
+            ("gradient_free", rows["kind"] == "black-box"),
+            ("transfer", rows["kind"] == "transfer"),
+            ("lowfreq", rows["family"] == "lowfreq-pgd"),
+            ("noise", rows["kind"] == "noise"),
+        ):
+            sub = rows[mask]
+            out[key] = _acc(pd.concat([clean_rows, sub]), threat, eps) if not sub.empty else None
+            if key == "lowfreq":  # standalone, or only run on points the suite had not broken?
+                at = sub[(sub["threat"] == threat) & np.isclose(sub["eps"], eps)]
+                ok_ids = clean.index[clean.to_numpy()]
+                at = at[at["example_id"].isin(ok_ids)]
+                out["lowfreq_alone"] = bool(at["attacked"].astype(bool).all()) if not at.empty else None
+        out["worst_case"] = _acc(rows, threat, eps)
+        rows_out.append(out)
+    return pd.DataFrame(rows_out, columns=list(_COLUMNS))
+
+
+def _f(value: Any) -> float:
+    return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _pct(value: Any, spread: Any = None) -> str:
+    v = _f(value)
+    if math.isnan(v):
+        return "n/a"
+    if spread is not None and not math.isnan(_f(spread)):
+        return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
+    return f"{100 * v:.1f}%"
+
+
+def _clearly_above(a: float, b: float, n_a: int, n_b: int) -> bool:
+    """a > b with non-overlapping 95% Wilson intervals."""
+    lo_a, _ = wilson_interval(round(a * n_a), n_a)
+    _, hi_b = wilson_interval(round(b * n_b), n_b)
+    return bool(lo_a > hi_b)
+
+
+def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
+    models = list(numbers["model"])
+    if baseline is not None:
+        base = [baseline] if isinstance(baseline, str) else list(baseline)
+        unknown = sorted(set(base) - set(models))
+        if unknown:
+            raise ValueError(f"baseline model(s) {unknown} not in the records; models: {models}")
+        return [m for m in models if m not in base], base
+    several = numbers["modes"].str.count(",") > 0
+    candidates = list(numbers.loc[several, "model"])
+    baselines = list(numbers.loc[~several, "model"])
+    if not candidates:  # nobody has a fixed front-end: compare everyone with everyone
+        return models, []
+    return candidates, baselines
+
+
+# --------------------------------------------------------------------------------------------------------
+# categories and text
+# --------------------------------------------------------------------------------------------------------
+def categorize(
+    cand: Mapping[str, Any],
+    base: Mapping[str, Any] | None,
+    *,
+    chance: float,
+    settings: VerdictSettings,
+) -> dict[str, Any]:
+    """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row."""
+    worst = _f(cand["worst_case"])
+    blocked = _f(cand.get("wb_blocked"))
+    gap = blocked - worst if not math.isnan(blocked) else float("nan")
+    masking = not math.isnan(gap) and gap >= settings.gap_tol
+    out: dict[str, Any] = {"gap": gap, "masking": masking}
+    if base is None:
+        at_chance = worst <= chance + settings.chance_margin
+        out["category"] = MASKING if masking else (NOT_ROBUST if at_chance else NO_BASELINE)
+        out["above_baseline"] = None
+        return out
+    b_worst = _f(base["worst_case"])
+    above = _clearly_above(worst, b_worst, int(cand["n"]), int(base["n"]))
+    out["above_baseline"] = above
+    out["below_baseline"] = _clearly_above(b_worst, worst, int(base["n"]), int(cand["n"]))
+    out["diff"] = worst - b_worst
+    if masking:
+        out["category"] = MASKING_BUT_ROBUST if above else MASKING
+    else:
+        out["category"] = ROBUST if above else NOT_ROBUST
+    return out
+
+
+def _sentence(
+    cand: Mapping[str, Any],
+    base: Mapping[str, Any] | None,
+    cat: Mapping[str, Any],
+    spread: Mapping[str, Any] | None = None,
+) -> str:
+    sp = spread or {}
+    name = cand["model"]
+    where = f"{cand['threat']} ε = {cand['eps']:.4g}"
+    parts_y = []
+    for key, label in (
+        ("wb_exact", "exact gradients"),
+        ("wb_bpda", "BPDA"),
+        ("gradient_free", "Square"),
+        ("transfer", "transfer"),
+        ("lowfreq", "low-frequency PGD"),
+    ):
+        if not math.isnan(_f(cand.get(key))):
+            if key == "lowfreq" and cand.get("lowfreq_alone") is False:
+                label = "suite + low-frequency PGD"
+            parts_y.append(f"{label} {_pct(cand[key], sp.get(key))}")
+    under = "; ".join(parts_y) if parts_y else "no other attack"
+    worst = _pct(cand["worst_case"], sp.get("worst_case"))
+    blocked = _pct(cand.get("wb_blocked"), sp.get("wb_blocked"))
+    clean = _pct(cand["clean"], sp.get("clean"))
+    base_txt = ""
+    if base is not None:
+        base_txt = (
+            f"{base['model']} (the baseline) keeps {_pct(base['worst_case'], sp.get('base_worst_case'))}"
+        )
+    category = cat["category"]
+    if category in (MASKING, MASKING_BUT_ROBUST):
+        text = (
+            f"Under blocked gradients **{name}** keeps {blocked} at {where} (clean {clean}); under attacks "
+            f"that differentiate or bypass the front-end ({under}) its per-example worst case falls to "
+            f"**{worst}** — "
+        )
+        if category == MASKING:
+            text += "the robustness measured with blocked gradients comes from gradient masking"
+            if base is None:
+                text += "."
+            else:
+                than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
+                text += f", and it is {than} the baseline: {base_txt}."
+        else:
+            text += (
+                "part of the robustness measured with blocked gradients is gradient masking, but what "
+                f"survives every attack is still clearly above the baseline: {base_txt}."
+            )
+        return text
+    if category == NOT_ROBUST:
+        text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
+        text += f" ({under}; clean {clean})"
+        if base is not None:
+            how = "even more easily than" if cat.get("below_baseline") else "as well as"
+            return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
+        return text + ": it is at chance level — no natural robustness."
+    if category == ROBUST:
+        return (
+            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks ({under}; clean "
+            f"{clean}), clearly above the baseline — {base_txt}: robust under all attacks, as measured."
+        )
+    text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
+    return text + f" ({under}; clean {clean})."
+
+
+def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSettings) -> str:
+    noise, adv, low = _f(energy.get("noise")), _f(energy.get("pgd")), _f(energy.get("lowfreq_pgd"))
+    if math.isnan(noise) or math.isnan(adv):
+        return ""
+    text = (
+        f"Sparsification in **{model}** removes {_pct(noise)} of a random perturbation's coefficient energy "
+        f"but {_pct(adv)} of an adversarial (PGD) one"
+    )
+    if not math.isnan(low):
+        text += f" and {_pct(low)} of the low-frequency attack's"
+    if noise - adv >= settings.energy_gap:
+        text += ": the seed's mechanism filters noise, not adversarial perturbations."
+    elif adv - noise >= settings.energy_gap:
+        text += ": it removes more of the adversarial perturbation than of noise."
+    else:
+        text += ": noise and adversarial perturbations lose a similar share."
+    return text
+
+
+def verdict(
+    records: pd.DataFrame | Sequence[pd.DataFrame],
+    *,
+    num_classes: int,
+    threats: Sequence[str] = ("Linf", "L2"),
+    eps: Mapping[str, float] | None = None,
+    baseline: Sequence[str] | str | None = None,
+    energy: Mapping[str, Mapping[str, Any]] | None = None,
+    diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    seeds: Sequence[int] | None = None,
+    settings: VerdictSettings | None = None,
+) -> Verdict:
+    """The verdict at each threat's headline eps.  ``records`` may be a list (one frame per training seed):
+    numbers then combine into mean ± standard deviation and the category is the one most seeds agree on.
+
+    ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``adaptive.describe_energy``);
+    ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
+    checks); failures outside ``blocked`` qualify any "robust" verdict (robustness may be overestimated).
+    """
+    settings = settings or VerdictSettings()
+    runs = [records] if isinstance(records, pd.DataFrame) else list(records)
+    if not runs:
+        raise ValueError("no records to judge")
+    seeds = list(seeds) if seeds is not None else list(range(len(runs)))
+    chance = 1.0 / num_classes
+    paragraphs: list[str] = []
+    categories: dict[str, str] = {}
+    tables: list[pd.DataFrame] = []
+    details: dict[str, Any] = {}
+    for threat in threats:
+        e = (eps or {}).get(threat) or headline_eps(runs[0], threat)
+        if e is None:
+            continue
+        per_seed = [claim_numbers(r, threat=threat, eps=e, seed=s) for r, s in zip(runs, seeds)]
+        per_seed = [p for p in per_seed if not p.empty]
+        if not per_seed:
+            continue
+        allnum = pd.concat(per_seed, ignore_index=True)
+        tables.append(allnum)
+        mean = _combine(allnum)
+        candidates, baselines = _roles(mean.reset_index(), baseline)
+        for cand_name in candidates:
+            base_name = baselines[0] if baselines else None
+            cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
+            base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
+            seed_cats = []
+            for p in per_seed:
+                c_row = p[p["model"] == cand_name]
+                b_row = p[p["model"] == base_name] if base_name else None
+                if c_row.empty or (b_row is not None and b_row.empty):
+                    continue
+                seed_cats.append(
+                    categorize(
+                        c_row.iloc[0].to_dict(),
+                        b_row.iloc[0].to_dict() if b_row is not None else None,
+                        chance=chance,
+                        settings=settings,
+                    )["category"]
+                )
+            cat = categorize(cand, base, chance=chance, settings=settings)
+            if len(seed_cats) > 1:
+                counts = pd.Series(seed_cats).value_counts()
+                cat["category"] = str(counts.index[0])
+                cat["seed_agreement"] = f"{int(counts.iloc[0])}/{len(seed_cats)} seeds"
+            spread = _spread(allnum, cand_name, base_name) if len(per_seed) > 1 else None
+            text = _sentence(cand, base, cat, spread)
+            if "seed_agreement" in cat:
+                text += f" ({len(per_seed)} training seeds, mean ± sd; category in {cat['seed_agreement']}.)"
+            grid_text, masking_eps = _grid_sentence(runs, cand_name, base_name, threat, settings)
+            if grid_text:
+                text += " " + grid_text
+            paragraphs.append(text)
+            cat["masking_eps"] = masking_eps
+            key = f"{cand_name}@{threat}"
+            categories[key] = cat["category"]
+            details[key] = {
+                k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in cat.items()
+            }
+    for model, energy_row in (energy or {}).items():
+        sentence = _energy_sentence(model, energy_row, settings)
+        if sentence:
+            paragraphs.append(sentence)
+    doubtful = []
+    for model, fails in (diagnostics_failures or {}).items():
+        sentence, worrying = _diagnostics_sentence(model, fails)
+        if sentence:
+            paragraphs.append(sentence)
+        if worrying:
+            doubtful.append(model)
+    headline = _headline(categories)
+    claimed = {k.split("@")[0] for k, c in categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
+    if claimed & set(doubtful):
+        headline += (
+            f" Caution: the diagnostics flag the evaluation of {', '.join(sorted(claimed & set(doubtful)))} "
+            "outside blocked gradients, so this robustness may be overestimated."
+        )
+    text = "\n\n".join([f"**Verdict:** {headline}", *paragraphs])
+    numbers = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=list(_COLUMNS))
+    log.info("verdict: %s", headline)
+    return Verdict(text, categories, numbers, headline, details)
+
+
+def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> tuple[str, bool]:
+    """Plain words for failed checks: failures under ``blocked`` are the expected signature of the seed's
+    premise (no gradient); failures elsewhere mean that evaluation may overstate robustness."""
+    fails = {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
+    if not fails:
+        return "", False
+    parts = []
+    if "blocked" in fails:
+        parts.append(
+            f"under blocked gradients the checklist flags {', '.join(fails['blocked'])} — the signature of "
+            "gradient masking, expected for the seed's premise that attacks see no gradient"
+        )
+    others = {m: v for m, v in fails.items() if m != "blocked"}
+    for mode, names in others.items():
+        where = "in every mode" if mode == "all" else f"under {mode} gradients"
+        parts.append(f"{where} {', '.join(names)} fail — numbers there may overstate robustness")
+    return f"Diagnostics for **{model}**: " + "; ".join(parts) + ".", bool(others)
+
+
+def _grid_sentence(
+    runs: Sequence[pd.DataFrame], cand: str, base: str | None, threat: str, settings: VerdictSettings
+) -> tuple[str, list[float]]:
+    """Blocked vs worst case (and the baseline) at every budget of the grid, averaged over runs, so that
+    masking at budgets other than the headline one is not hidden."""
+    grid = threat_eps(runs[0], threat)
+    if len(grid) < 2:
+        return "", []
+    nums = pd.concat([claim_numbers(r, threat=threat, eps=e) for r in runs for e in grid], ignore_index=True)
+    mean = nums.groupby(["model", "eps"])[["wb_blocked", "worst_case"]].agg(
+        lambda v: pd.to_numeric(v, errors="coerce").mean()
+    )
+
+    def series(model: str, col: str) -> list[float]:
+        return [_f(mean.loc[(model, e), col]) if (model, e) in mean.index else float("nan") for e in grid]
+
+    blocked, worst = series(cand, "wb_blocked"), series(cand, "worst_case")
+    masking_eps = [
+        e for e, b, w in zip(grid, blocked, worst) if not math.isnan(b) and b - w >= settings.gap_tol
+    ]
+    eps_txt = ", ".join(f"{e:.4g}" for e in grid)
+    parts = []
+    if not all(math.isnan(b) for b in blocked):
+        parts.append("blocked " + " / ".join(_pct(b) for b in blocked))
+    parts.append(f"worst case of {cand} " + " / ".join(_pct(w) for w in worst))
+    if base is not None:
+        parts.append(f"worst case of {base} " + " / ".join(_pct(w) for w in series(base, "worst_case")))
+    text = f"Across the {threat} grid (ε = {eps_txt}): " + "; ".join(parts) + "."
+    if masking_eps:
+        text += " Blocked-gradient robustness exceeds the worst case by at least "
+        text += f"{100 * settings.gap_tol:.0f} points at ε = {', '.join(f'{e:.4g}' for e in masking_eps)}."
+    return text, masking_eps
+
+
+def _combine(allnum: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per model (index model); n is the smallest per-seed n."""
+    numeric = [
+        c for c in _COLUMNS if c not in ("model", "seed", "threat", "eps", "modes", "n", "lowfreq_alone")
+    ]
+    grouped = allnum.groupby("model", sort=False)
+    mean = grouped[numeric].agg(lambda s: pd.to_numeric(s, errors="coerce").mean())
+    mean["n"] = grouped["n"].min()
+    mean["modes"] = grouped["modes"].first()
+    mean["lowfreq_alone"] = grouped["lowfreq_alone"].first()
+    mean["threat"] = grouped["threat"].first()
+    mean["eps"] = grouped["eps"].first()
+    return mean
+
+
+def _spread(allnum: pd.DataFrame, cand: str, base: str | None) -> dict[str, Any]:
+    def sd(model: str, col: str) -> float:
+        vals = pd.to_numeric(allnum.loc[allnum["model"] == model, col], errors="coerce").dropna()
+        return float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
+
+    out = {
+        c: sd(cand, c)
+        for c in _COLUMNS
+        if c.startswith(("wb_", "clean", "gradient", "transfer", "low", "worst"))
+    }
+    if base is not None:
+        out["base_worst_case"] = sd(base, "worst_case")
+    return out
+
+
+def _headline(categories: Mapping[str, str]) -> str:
+    cats = set(categories.values())
+    if not cats:
+        return "no candidate with a fixed front-end and a comparable budget was evaluated."
+    if cats <= {MASKING, NOT_ROBUST}:
+        if MASKING in cats:
+            return (
+                "the claim is not supported: the robustness seen with blocked gradients disappears under "
+                "attacks that differentiate or bypass the front-end (gradient masking)."
+            )
+        return (
+            "the claim is not supported: the model is no more robust than the baseline under honest attacks."
+        )
+    if cats == {NO_BASELINE}:
+        return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
+    if cats == {ROBUST}:
+        return "the claim holds as measured: the model is more robust than the baseline under every attack."
+    return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."

@@ -1,0 +1,163 @@
+"""The low-frequency attack and the energy-removed measurement, against independent oracles.
+
+Oracles: PyWavelets (the LL band), the closed-form optimal Linf attack on a linear model of quadrant means,
+a high-frequency-only model that a low-frequency perturbation cannot move, and the orthogonality of the DWT
+(white noise spreads its energy evenly over coefficients, so sparsification removes about the zeroed share).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import pywt
+import torch
+from test_diagnostics_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
+from torch import nn
+
+from robustbench_wave import records as rec
+from robustbench_wave.adaptive import (
+    RECORD_COLUMNS,
+    block_mean_project,
+    energy_removed,
+    energy_summary,
+    lowfreq_pgd,
+    lowfreq_projector,
+    lowfreq_records,
+    sparsification_energy,
+    wavelet_ll_project,
+)
+
+
+def _pywt_ll_project(d: np.ndarray, level: int, wavelet: str) -> np.ndarray:
+    coeffs = pywt.wavedec2(d, wavelet, mode="periodization", level=level)
+    kept = [coeffs[0]] + [tuple(np.zeros_like(c) for c in detail) for detail in coeffs[1:]]
+    return pywt.waverec2(kept, wavelet, mode="periodization")
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_block_mean_is_the_haar_ll_band(level):
+    d = torch.randn(2, 1, 16, 16, generator=torch.Generator().manual_seed(level), dtype=torch.float64)
+    p = block_mean_project(d, level)
+    oracle = _pywt_ll_project(d[0, 0].numpy(), level, "db1")
+    np.testing.assert_allclose(p[0, 0].numpy(), oracle, atol=1e-10)
+    torch.testing.assert_close(wavelet_ll_project(d, level, "db1"), p, atol=1e-10, rtol=0)
+    torch.testing.assert_close(block_mean_project(p, level), p)  # idempotent
+    assert abs(float(((d - p) * p).sum())) < 1e-9  # orthogonal projection
+
+
+def test_wavelet_ll_projection_matches_pywavelets_for_coif1():
+    d = torch.randn(1, 1, 32, 32, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    np.testing.assert_allclose(
+        wavelet_ll_project(d, 2, "coif1")[0, 0].numpy(),
+        _pywt_ll_project(d[0, 0].numpy(), 2, "coif1"),
+        atol=1e-9,
+    )
+
+
+@pytest.mark.parametrize("norm, eps", [("Linf", 0.1), ("L2", 0.5)])
+def test_lowfreq_projection_is_feasible_and_stays_in_the_band(norm, eps):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 1, 16, 16, generator=gen)
+    x[0, :, :4, :4] = 0.0  # a block touching the box
+    delta = torch.randn(4, 1, 16, 16, generator=gen)
+    out = lowfreq_projector(2, eps, norm)(delta, x)
+    torch.testing.assert_close(block_mean_project(out, 2), out)  # block-constant
+    assert float((x + out).min()) >= 0.0 and float((x + out).max()) <= 1.0
+    size = out.flatten(1).abs().amax(1) if norm == "Linf" else out.flatten(1).norm(dim=1)
+    assert bool((size <= eps + 1e-6).all())
+    if norm == "Linf":  # exact projection: a feasible block-constant delta is left unchanged
+        small = block_mean_project(torch.rand(4, 1, 16, 16, generator=gen) * 0.0 + 0.01, 2)
+        torch.testing.assert_close(lowfreq_projector(2, eps, norm)(small, x.clamp(0.05, 0.95)), small)
+
+
+def test_lowfreq_pgd_finds_the_optimal_attack_on_a_quadrant_model():
+    """Level-2 blocks on 8x8 images are the quadrants, where the optimal Linf attack lives: lower the true
+    quadrant by eps, raise the best other one by eps. It breaks a point iff margin < 2 eps (no box contact)."""
+    x, y = quadrant_data(16)
+    model = QuadrantLinear().eval()
+    m = quadrant_means(x)
+    true = m.gather(1, y[:, None]).squeeze(1)
+    other = m.scatter(1, y[:, None], -1.0).amax(1)
+    for eps in (0.05, 0.077, 0.15):
+        out = lowfreq_pgd(model, x, y, eps=eps, level=2, steps=20)
+        oracle_robust = (true - other) > 2 * eps
+        if eps == 0.077:
+            assert 0 < int(oracle_robust.sum()) < len(y)  # the budget splits the points
+        assert torch.equal(out["correct"], oracle_robust), eps
+        d = out["x_adv"] - x
+        assert float(d.abs().max()) <= eps + 1e-6
+        torch.testing.assert_close(block_mean_project(d, 2), d, atol=1e-6, rtol=0)
+
+
+class _Checkerboard(nn.Module):
+    """Two classes read only from the finest checkerboard pattern: invisible to block-constant perturbations."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        board = ((torch.arange(h)[:, None] + torch.arange(w)[None, :]) % 2 * 2 - 1).to(x)
+        s = (x * board).flatten(1).sum(1)
+        return torch.stack([s, -s], 1)
+
+
+def test_lowfreq_attack_cannot_touch_high_frequencies():
+    gen = torch.Generator().manual_seed(1)
+    x = (0.5 + 0.05 * torch.randn(8, 1, 8, 8, generator=gen)).clamp(0, 1)
+    model = _Checkerboard()
+    y = model(x).argmax(1)
+    out = lowfreq_pgd(model, x, y, eps=0.3, level=1, steps=5)
+    torch.testing.assert_close(model(out["x_adv"]), model(x), atol=1e-4, rtol=0)
+    assert bool(out["correct"].all())
+
+
+def test_lowfreq_records_schema_and_batch_size_invariance():
+    x, y = quadrant_data(12)
+    model = QuadrantLinear().eval()
+    y_wrong = y.clone()
+    y_wrong[0] = (y[0] + 1) % 4  # one clean error: never attacked
+    kw = {"model_name": "m", "dataset": "d", "level": 2, "steps": 4}
+    a = lowfreq_records(model, x, y_wrong, [0.05, 0.15], batch_size=5, **kw)
+    b = lowfreq_records(model, x, y_wrong, [0.05, 0.15], batch_size=12, **kw)
+    assert list(a.columns) == list(RECORD_COLUMNS)
+    pd.testing.assert_frame_equal(a, b)
+    assert set(a["attack"]) == {"lowfreq_pgd_linf"} and set(a["family"]) == {"lowfreq-pgd"}
+    first = a[a["example_id"] == 0]
+    assert not first["attacked"].any() and not first["correct"].any()
+    assert bool((a.loc[a["attacked"], "norm"] <= a.loc[a["attacked"], "eps"] + 1e-6).all())
+    rec.coerce(a)  # joins the attack developer's records without dtype surprises
+    skipped = lowfreq_records(model, x, y_wrong, [0.05], skip_ids={("exact", 0.05): {1, 2}}, **kw)
+    gone = skipped[skipped["example_id"].isin([1, 2])]
+    assert not gone["attacked"].any() and not gone["correct"].any() and gone["pred"].isna().all()
+    kept = skipped[skipped["example_id"] >= 3].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, a[(a["eps"] == 0.05) & (a["example_id"] >= 3)].reset_index(drop=True))
+
+
+def test_energy_removed_oracles():
+    x, _ = quadrant_data(8)
+    # approximation exempt: a block-constant (LL-only) perturbation loses nothing to sparsification
+    model = WaveletQuadrant(zero_fraction=0.5, exempt_approximation=True).eval()
+    d = block_mean_project(torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(0)), 2) * 0.02
+    energy = sparsification_energy(model, x, (x + d).clamp(0, 1))
+    assert float(energy["energy_removed"].abs().max()) < 1e-6
+    # nothing zeroed: nothing removed
+    dense = WaveletQuadrant(zero_fraction=0.0).eval()
+    noise = (x + 0.05 * torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(1))).clamp(0, 1)
+    assert float(sparsification_energy(dense, x, noise)["energy_removed"].max()) < 1e-6
+
+
+def test_energy_removed_table_compares_noise_and_attacks():
+    x, y = quadrant_data(8)
+    model = WaveletQuadrant(zero_fraction=0.75, exempt_approximation=False).eval()
+    df = energy_removed(model, x, y, eps=0.03, model_name="w", steps=5)
+    assert set(df["perturbation"]) == {"random_sign", "uniform", "gaussian_matched", "pgd", "lowfreq_pgd"}
+    assert df["energy_removed"].between(0, 1).all()
+    summ = energy_summary(df).set_index("perturbation")
+    # the DWT is orthogonal, so white noise spreads evenly: removed share ~ zeroed share of the detail entries
+    assert 0.5 < summ.loc["random_sign", "removed_mean"] < 0.95
+    # the model reads only approximation coefficients, so its gradient-driven perturbation lives there
+    assert summ.loc["pgd", "removed_mean"] < summ.loc["random_sign", "removed_mean"]
+    matched = df[df["perturbation"] == "gaussian_matched"]["norm_l2"].to_numpy()
+    pgd = df[df["perturbation"] == "pgd"]["norm_l2"].to_numpy()
+    np.testing.assert_allclose(matched, pgd, rtol=0.05)  # same energy (up to clipping)
+    with pytest.raises(ValueError, match="no wavelet front-end"):
+        energy_removed(QuadrantLinear(), x, y, eps=0.03)
