@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED = 1
 
-.PHONY: demo train attack headline test lint venv clean-results
+.PHONY: demo headline tokenpool test lint venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,25 @@ demo: $(STAMP)
 		(apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true)
 	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
+
+## The documented multi-seed headline: 3 training seeds x (patch, wavelet), the `headline` suite, one report.
+SEEDS    ?= 0 1 2
+HEADLINE_N ?= 500
+HEADLINE := $(OUT)/attack/fashion-mnist
+headline: $(STAMP)
+	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed $(SEEDS) --out $(OUT)
+	for s in $(SEEDS); do \
+		$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --suite headline \
+			--n-examples $(HEADLINE_N) --train-seed $$s --out $(OUT) || exit 1; \
+	done
+	$(BIN)/python -m robustbench_wave.report_md $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
+		--out $(HEADLINE)/headline-report.md
+
+## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite).
+tokenpool: $(STAMP)
+	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --out $(OUT)
+	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
+		--suite headline --n-examples 500 --out $(OUT)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
