@@ -604,37 +604,17 @@ def _failures(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[str
     return out
 
 
+_PERCENT_COLUMNS = (
+    "clean", "wb_exact", "wb_blocked", "wb_bpda", "gradient_free", "transfer", "lowfreq", "noise", "worst_case",
+)  # fmt: skip
+
+
 def _verdict_numbers(numbers: pd.DataFrame) -> pd.DataFrame:
     if numbers.empty:
         return numbers
-    cols = [
-        "model",
-        "seed",
-        "threat",
-        "eps",
-        "n",
-        "clean",
-        "wb_exact",
-        "wb_blocked",
-        "wb_bpda",
-        "gradient_free",
-        "transfer",
-        "lowfreq",
-        "noise",
-        "worst_case",
-    ]
-    df = numbers[[c for c in cols if c in numbers.columns]].copy()
-    for c in (
-        "clean",
-        "wb_exact",
-        "wb_blocked",
-        "wb_bpda",
-        "gradient_free",
-        "transfer",
-        "lowfreq",
-        "noise",
-        "worst_case",
-    ):
+    shown = ("model", "seed", "threat", "eps", "n", *_PERCENT_COLUMNS)
+    df = numbers[[c for c in shown if c in numbers.columns]].copy()
+    for c in _PERCENT_COLUMNS:
         if c in df:
             df[c] = [
                 _fmt_pct(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else "--"
