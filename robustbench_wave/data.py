@@ -792,6 +792,14 @@ def _imagefolder_layout(tree: _Tree, cache: Path) -> _Layout:
     return _Layout(info, {s: by_split[f] for s, f in folders.items()}, cache_sub)
 
 
+_IMAGEFOLDER_ORDER_SEED = 20240528
+
+
+def imagefolder_order(n: int) -> np.ndarray:
+    """The fixed permutation ``load_split`` applies to an imagefolder split of ``n`` files (sorted order)."""
+    return np.random.default_rng(_IMAGEFOLDER_ORDER_SEED).permutation(n)
+
+
 def _load_imagefolder(arg: str, split: Split, cache: Path, download: bool) -> LoadResult:
     del download  # local data only
     with _open_tree(arg) as tree:
@@ -804,7 +812,10 @@ def _load_imagefolder(arg: str, split: Split, cache: Path, download: bool) -> Lo
         images = _cached_decode(tree, files, cache_file, info.in_chans, info.img_size, split)
     class_index = {c: i for i, c in enumerate(info.class_names)}
     labels = np.array([class_index[c] for c, _ in files], dtype=np.int64)
-    return (*_tensors(images, labels), info)
+    # Files come sorted class by class; a fixed shuffle makes "the first N test images" (subsets, attacks)
+    # a class-mixed sample, as in the canonical CIFAR-10 / Fashion-MNIST orders.
+    order = imagefolder_order(len(labels))
+    return (*_tensors(images[order], labels[order]), info)
 
 
 def _read_stats(path: Path, folder: str) -> dict | None:

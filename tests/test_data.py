@@ -279,11 +279,26 @@ def test_cifar10_corrupt_download_deleted_and_missing_message(tmp_path, monkeypa
 
 
 # ----------------------------------------------------------------------------------------------- ImageFolder
+def file_order(images: torch.Tensor, labels: torch.Tensor | None = None):
+    """Undo load_split's fixed imagefolder shuffle: rows back in sorted file order."""
+    inverse = torch.from_numpy(np.argsort(data.imagefolder_order(len(images))))
+    return images[inverse] if labels is None else (images[inverse], labels[inverse])
+
+
+def test_imagefolder_order_mixes_classes(tmp_path):
+    tree = tmp_path / "sorted"
+    write_png_tree(tree, {"train": {"a": 1}, "test": {"a": 20, "b": 20}})
+    _, labels, _ = data.load_split(f"imagefolder:{tree}", "test", root=tmp_path / "cache")
+    assert sorted(labels.tolist()) == [0] * 20 + [1] * 20
+    assert 0 < labels[:10].sum() < 10  # the first images are not all from the first class folder
+
+
 def test_imagefolder_directory_pixels_labels_stats_and_cache(tmp_path):
     tree = tmp_path / "My Set"
     pixels = write_png_tree(tree, {"train": {"cat": 3, "dog": 2}, "test": {"cat": 1, "dog": 2, "eel": 1}})
     cache = tmp_path / "cache"
     images, labels, info = data.load_split(f"imagefolder:{tree}", "test", root=cache)
+    images, labels = file_order(images, labels)
     # classes are the union over splits, sorted, so train and test agree on indices
     assert info.class_names == ("cat", "dog", "eel") and info.num_classes == 3
     assert info.slug == "imagefolder-my-set" and info.in_chans == 3 and info.img_size == 8
@@ -292,7 +307,7 @@ def test_imagefolder_directory_pixels_labels_stats_and_cache(tmp_path):
     for k, (cls, i) in enumerate(order):
         assert torch.equal(images[k], as_chw(pixels[("test", cls, i)]))
     train_x, train_y, train_info = data.load_split(info.name, "train", root=cache)
-    assert train_info == info and train_y.tolist() == [0, 0, 0, 1, 1]
+    assert train_info == info and file_order(train_x, train_y)[1].tolist() == [0, 0, 0, 1, 1]
     assert data.dataset_info(f"imagefolder:{tree}", root=cache) == info
     mean, std = torch_stats(train_x)
     assert info.mean == pytest.approx(mean, abs=1e-9) and info.std == pytest.approx(std, abs=1e-9)
@@ -300,11 +315,11 @@ def test_imagefolder_directory_pixels_labels_stats_and_cache(tmp_path):
     assert sorted(p.name for p in cached) == ["test.safetensors", "train.safetensors"]
     # cached read gives the same; a changed file invalidates the cache
     again, _, _ = data.load_split(f"imagefolder:{tree}", "test", root=cache)
-    assert torch.equal(again, images)
+    assert torch.equal(file_order(again), images)
     new = np.full((8, 8, 3), 7, np.uint8)
     Image.fromarray(new).save(tree / "test" / "cat" / "000.png")
     os.utime(tree / "test" / "cat" / "000.png", ns=(1, 1))
-    changed, _, _ = data.load_split(f"imagefolder:{tree}", "test", root=cache)
+    changed = file_order(data.load_split(f"imagefolder:{tree}", "test", root=cache)[0])
     assert torch.equal(changed[0], as_chw(new)) and torch.equal(changed[1:], images[1:])
 
 
@@ -316,6 +331,7 @@ def test_imagefolder_zip_grayscale_wrapper_and_val(tmp_path):
         for path in sorted(src.rglob("*.png")):
             zf.write(path, path.relative_to(src).as_posix())
     images, labels, info = data.load_split(f"imagefolder:{archive}", "test", root=tmp_path / "cache")
+    images, labels = file_order(images, labels)
     assert info.in_chans == 1 and images.shape == (2, 1, 8, 8) and labels.tolist() == [0, 1]
     assert info.slug == "imagefolder-gray-set"
     assert torch.equal(images[1], as_chw(pixels[("val", "b", 0)]))
@@ -343,6 +359,8 @@ def test_imagefolder_errors(tmp_path):
 @pytest.mark.skipif(not CIFAR10_JPEG_ZIP.is_file(), reason="shared/data/cifar10-jpeg.zip not present")
 def test_imagefolder_cifar10_jpeg_zip_test_split(tmp_path):
     images, labels, info = data.load_split(f"imagefolder:{CIFAR10_JPEG_ZIP}", "test", root=tmp_path)
+    assert labels[:1000].bincount().min() > 50  # "the first N" is a class-mixed sample
+    images, labels = file_order(images, labels)
     assert images.shape == (10000, 3, 32, 32) and images.dtype == torch.uint8
     assert labels.bincount().tolist() == [1000] * 10
     assert info.slug == "imagefolder-cifar10-jpeg" and info.class_names == data.CIFAR10_CLASSES
@@ -449,6 +467,7 @@ def test_imagefolder_one_colour_image_makes_the_set_rgb(tmp_path):
     pixels = write_png_tree(tree, {"train": {"a": 2}, "test": {"a": 1}}, mode="L")
     Image.fromarray(np.full((8, 8, 3), (10, 20, 30), np.uint8)).save(tree / "train" / "a" / "zz.png")
     images, _, info = data.load_split(f"imagefolder:{tree}", "train", root=tmp_path / "cache")
+    images = file_order(images)
     assert info.in_chans == 3 and images.shape == (3, 3, 8, 8)
     gray = torch.from_numpy(pixels[("train", "a", 0)])
     assert all(torch.equal(images[0, c], gray) for c in range(3))  # gray replicated
