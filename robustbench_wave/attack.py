@@ -278,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         echo(
             f"{name}: clean accuracy {result.meta['models'][name]['clean_accuracy']:.4f}, "
-            f"{result.meta['models'][name]['seconds_total']:.0f} s"
+            f"{result.meta['models'][name]['seconds_total']:.0f} s "
+            f"(attacks took {result.meta['models'][name]['seconds_attacks']:.0f} s when computed; "
+            f"{result.meta['models'][name]['resumed_chunks']} chunks resumed)"
         )
     merged = EvaluationResult.merge(results)
     merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}

@@ -715,7 +715,8 @@ def _meta(**kw: Any) -> dict[str, Any]:
         if surrogate is None
         else {"name": kw["surrogate_name"], "param_sha256": state_sha256(surrogate)},
         "timing": kw["timing"],
-        "seconds_total": round(kw["seconds"], 3),
+        "seconds_total": round(kw["seconds"], 3),  # this call (short when chunks were resumed)
+        "seconds_attacks": round(sum(t["seconds"] for t in kw["timing"]), 3),  # when they were computed
         "resumed_chunks": kw["resumed"],
         **(kw["extra_meta"] or {}),
     }

@@ -217,6 +217,7 @@ def test_meta_records_provenance_hyperparameters_and_timing(cnn_runs: dict[str, 
     timed = {t["attack"] for t in m["timing"]}
     assert timed == {a.name for a in DETERMINISTIC.attacks}
     assert all(t["seconds"] >= 0 for t in m["timing"])
+    assert m["seconds_attacks"] == pytest.approx(sum(t["seconds"] for t in m["timing"]), abs=1e-3)
 
 
 def test_transfer_without_surrogate_is_skipped_and_said_so() -> None:
