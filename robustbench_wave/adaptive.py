@@ -368,35 +368,6 @@ def projected_gradient_attack(
     }
 
 
-def pgd_history(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    eps: float,
-    norm: str,
-    steps: int,
-    step_size: float,
-    restarts: int,
-    seed: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``runners.pgd_with_history`` when the attack developer's module provides it, else the builtin PGD.
-
-    Diagnostics use this so that loss curves come from the same PGD as the benchmark whenever possible.
-    """
-    try:
-        from . import runners
-
-        fn = runners.pgd_with_history
-    except (ImportError, AttributeError):
-        fn = None
-    if fn is not None:
-        return fn(model, x, y, eps, norm, steps, step_size, restarts, seed)
-    out = projected_gradient_attack(
-        model, x, y, eps=eps, norm=norm, steps=steps, step_size=step_size, restarts=restarts, seed=seed
-    )
-    return out["x_adv"], out["history"]
-
-
 # --------------------------------------------------------------------------------------------------------
 # the low-frequency attack and its records
 # --------------------------------------------------------------------------------------------------------

@@ -57,9 +57,9 @@ from .adaptive import (
     mode_context,
     model_device,
     modes_for,
-    pgd_history,
     projected_gradient_attack,
 )
+from .runners import pgd_with_history
 
 log = logging.getLogger(__name__)
 
@@ -557,7 +557,7 @@ def check_large_eps(
 ) -> CheckResult:
     """(3) At Linf eps = 0.5 every image can become mid-grey, so accuracy must reach chance or below."""
     with eval_mode(model), mode_context(model, mode):
-        x_adv, _ = pgd_history(model, x, y, eps, "Linf", steps, 2.5 * eps / steps, 1, seed)
+        x_adv, _ = pgd_with_history(model, x, y, eps, "Linf", steps, 2.5 * eps / steps, 1, seed)
         with torch.no_grad():
             acc = float((model(x_adv).argmax(1) == y).float().mean())
     chance = 1.0 / num_classes
@@ -614,7 +614,9 @@ def check_attack_convergence(
     histories: dict[str, list[float]] = {}
     with eval_mode(model), mode_context(model, mode):
         for name, (n_steps, restarts) in runs.items():
-            x_adv, history = pgd_history(model, x, y, eps, norm, n_steps, 2.5 * eps / n_steps, restarts, seed)
+            x_adv, history = pgd_with_history(
+                model, x, y, eps, norm, n_steps, 2.5 * eps / n_steps, restarts, seed
+            )
             with torch.no_grad():
                 acc[name] = float((model(x_adv).argmax(1) == y).float().mean())
             histories[f"{mode}:{name}"] = [float(v) for v in torch.as_tensor(history).flatten()]
