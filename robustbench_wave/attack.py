@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .benchmark import ALL_MODES, EvaluationResult, evaluate
-from .io import atomic_write_json
-from .records import read_meta
-from .report_md import VERDICT_JSON, finalize_run
-from .suite import BACKENDS, list_suites, load_suite
+from robustbench_wave.attacks.suite import BACKENDS, list_suites, load_suite
+from robustbench_wave.evaluation.evaluate import ALL_MODES, EvaluationResult, evaluate
+from robustbench_wave.evaluation.records import read_meta
+from robustbench_wave.io import atomic_write_json
+from robustbench_wave.reporting.markdown import VERDICT_JSON, finalize_run
 
 log = logging.getLogger("robustbench_wave.attack")
 
@@ -154,7 +154,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def _load_model(name: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from .checkpoint import load_trained
+    from robustbench_wave.training.checkpoint import load_trained
 
     try:
         return load_trained(name, args.dataset, args.results_dir, args.train_seed)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         raise SystemExit(f"unknown --grad-modes {bad}; choose from {ALL_MODES}")
 
-    from .data import load_split, to_float
+    from robustbench_wave.data import load_split, to_float
 
     try:
         images_u8, labels, info = load_split(args.dataset, "test")

@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import tables
-from .records import read_run
+from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.reporting import tables
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -20,13 +20,19 @@ from typing import Any
 import pandas as pd
 import torch
 
-from . import checkpoint as ckpt
-from .data import DatasetInfo, load_split, train_val_split
-from .engine import Recipe, build_optimizer, build_scheduler, evaluate, train_one_epoch
-from .flops import flops_summary, vit_flops
-from .io import append_jsonl, atomic_write, atomic_write_json, provenance, read_jsonl
-from .models import build_model, describe
-from .zoo import list_zoo, load_spec
+from robustbench_wave.data import DatasetInfo, load_split, train_val_split
+from robustbench_wave.io import append_jsonl, atomic_write, atomic_write_json, provenance, read_jsonl
+from robustbench_wave.models.flops import flops_summary, vit_flops
+from robustbench_wave.models.vit import build_model, describe
+from robustbench_wave.models.zoo import list_zoo, load_spec
+from robustbench_wave.training import checkpoint as ckpt
+from robustbench_wave.training.engine import (
+    Recipe,
+    build_optimizer,
+    build_scheduler,
+    evaluate,
+    train_one_epoch,
+)
 
 log = logging.getLogger("robustbench_wave.train")
 

@@ -15,8 +15,7 @@ import torch
 from test_diagnostics_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
 from torch import nn
 
-from robustbench_wave import records as rec
-from robustbench_wave.adaptive import (
+from robustbench_wave.attacks.lowfreq import (
     RECORD_COLUMNS,
     block_mean_project,
     energy_removed,
@@ -27,6 +26,7 @@ from robustbench_wave.adaptive import (
     sparsification_energy,
     wavelet_ll_project,
 )
+from robustbench_wave.evaluation import records as rec
 
 
 def _pywt_ll_project(d: np.ndarray, level: int, wavelet: str) -> np.ndarray:

@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from robustbench_wave import attack, checkpoint
-from robustbench_wave.records import read_run
+from robustbench_wave import attack
+from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.training import checkpoint
 
 
 def _tiny(seed: int) -> nn.Module:

@@ -9,11 +9,11 @@ import pytest
 import torch
 from test_attack_fixtures import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
-from robustbench_wave import runners
-from robustbench_wave.benchmark import EvaluationResult, evaluate
-from robustbench_wave.bookkeeping import WORST, BudgetViolation, example_flags
-from robustbench_wave.records import COLUMNS
-from robustbench_wave.suite import parse_suite
+from robustbench_wave.attacks import runners
+from robustbench_wave.attacks.suite import parse_suite
+from robustbench_wave.evaluation.bookkeeping import WORST, BudgetViolation, example_flags
+from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
+from robustbench_wave.evaluation.records import COLUMNS
 
 N = 40
 EPS = {"Linf": [0.0, 0.05, 0.15], "L2": [0.0, 0.5], "L0": [0.0, 0.05]}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robustbench_wave.frontend import FixedFrontEnd, grad_mode, has_fixed_front_end
-from robustbench_wave.suite import FAMILIES, Suite, parse_suite
+from robustbench_wave.attacks.suite import FAMILIES, Suite, parse_suite
+from robustbench_wave.models.frontend import FixedFrontEnd, grad_mode, has_fixed_front_end
 
 
 def toy_data(n: int = 48, seed: int = 0, shape: tuple[int, ...] = (1, 8, 8)) -> torch.Tensor:

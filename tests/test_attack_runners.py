@@ -8,10 +8,8 @@ import torch
 from test_attack_fixtures import frontend_model, labelled, linear_model, small_cnn, teacher, toy_data
 from torch import nn
 
-from robustbench_wave import runners
-from robustbench_wave.bookkeeping import BudgetViolation, audit, perturbation_norm
-from robustbench_wave.frontend import grad_mode
-from robustbench_wave.runners import (
+from robustbench_wave.attacks import runners
+from robustbench_wave.attacks.runners import (
     GradSafe,
     RunContext,
     attack_mode,
@@ -21,7 +19,9 @@ from robustbench_wave.runners import (
     pgd_with_history,
     seeded,
 )
-from robustbench_wave.suite import FAMILIES, parse_suite
+from robustbench_wave.attacks.suite import FAMILIES, parse_suite
+from robustbench_wave.evaluation.bookkeeping import BudgetViolation, audit, perturbation_norm
+from robustbench_wave.models.frontend import grad_mode
 
 TOL = 1e-5
 

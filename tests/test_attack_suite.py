@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from robustbench_wave.suite import FAMILIES, load_suite, parse_eps, parse_suite
+from robustbench_wave.attacks.suite import FAMILIES, load_suite, parse_eps, parse_suite
 
 
 def _minimal(**attack: object) -> dict:

@@ -20,7 +20,7 @@ from test_diagnostics_models import (
 )
 from torch import nn
 
-from robustbench_wave.diagnostics import (
+from robustbench_wave.analysis.diagnostics import (
     attack_status,
     check_best_vs_last_iterate,
     check_determinism,

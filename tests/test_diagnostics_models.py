@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_wave.frontend import FixedFrontEnd
+from robustbench_wave.models.frontend import FixedFrontEnd
 
 CONTRAST = 0.16
 NUM_CLASSES = 4
@@ -104,7 +104,7 @@ class WaveletQuadrant(nn.Module):
 
     def __init__(self, zero_fraction: float = 0.5, exempt_approximation: bool = True) -> None:
         super().__init__()
-        from robustbench_wave.wavelet import WaveletFrontEnd
+        from robustbench_wave.models.wavelet import WaveletFrontEnd
 
         self.front = WaveletFrontEnd(8, 1, levels=2, wavelet="db1", zero_fraction=zero_fraction,
                                      exempt_approximation=exempt_approximation)  # fmt: skip

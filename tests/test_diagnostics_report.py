@@ -18,10 +18,10 @@ from test_diagnostics_models import (
     synthetic_records,
 )
 
-from robustbench_wave import records as rec
-from robustbench_wave.diagnostics import subset_records
-from robustbench_wave.plots import accuracy_curves, plot_energy_removed, write_figures
-from robustbench_wave.report_md import REPORT_FILE, finalize_run, main, write_report
+from robustbench_wave.analysis.diagnostics import subset_records
+from robustbench_wave.evaluation import records as rec
+from robustbench_wave.reporting.markdown import REPORT_FILE, finalize_run, main, write_report
+from robustbench_wave.reporting.plots import accuracy_curves, plot_energy_removed, write_figures
 
 
 def _write_run(run_dir: Path, records: pd.DataFrame, **meta) -> Path:

@@ -9,8 +9,8 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 from torch.utils.flop_counter import FlopCounterMode
 
-from robustbench_wave.flops import block_macs, flops_summary, pooling_macs, vit_flops
-from robustbench_wave.tokenpool import TokenPoolConfig, apply_token_pooling
+from robustbench_wave.models.flops import block_macs, flops_summary, pooling_macs, vit_flops
+from robustbench_wave.models.tokenpool import TokenPoolConfig, apply_token_pooling
 
 T, H, M, P, C, CLASSES = 65, 32, 4, 4, 3, 10  # tokens (64 patches + CLS), width, mlp ratio, patch, chans
 

@@ -8,16 +8,16 @@ import torch
 from timm.layers import PatchEmbed
 
 from robustbench_wave.data import DatasetInfo
-from robustbench_wave.frontend import grad_mode, has_fixed_front_end
-from robustbench_wave.models import build_model, describe, rbw_vit
-from robustbench_wave.tokenizers import (
+from robustbench_wave.models.frontend import grad_mode, has_fixed_front_end
+from robustbench_wave.models.tokenizers import (
     OverlapPatchEmbed,
     WaveletEmbed,
     proportional_token_widths,
     resolve_token_widths,
     seed_token_widths,
 )
-from robustbench_wave.zoo import list_zoo, load_spec
+from robustbench_wave.models.vit import build_model, describe, rbw_vit
+from robustbench_wave.models.zoo import list_zoo, load_spec
 
 
 def _info(in_chans: int = 1, img_size: int = 32) -> DatasetInfo:

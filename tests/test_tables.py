@@ -10,10 +10,11 @@ import pytest
 import torch
 from test_attack_fixtures import labelled, small_cnn, teacher, tiny_suite, toy_data
 
-from robustbench_wave import report, tables
-from robustbench_wave.benchmark import EvaluationResult, evaluate
-from robustbench_wave.bookkeeping import WORST, example_flags, wilson_interval
-from robustbench_wave.records import make_frame, read_records, write_records
+from robustbench_wave import report
+from robustbench_wave.evaluation.bookkeeping import WORST, example_flags, wilson_interval
+from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
+from robustbench_wave.evaluation.records import make_frame, read_records, write_records
+from robustbench_wave.reporting import tables
 
 
 def _rows(

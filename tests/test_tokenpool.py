@@ -9,8 +9,8 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-from robustbench_wave.frontend import grad_mode, has_fixed_front_end
-from robustbench_wave.tokenpool import (
+from robustbench_wave.models.frontend import grad_mode, has_fixed_front_end
+from robustbench_wave.models.tokenpool import (
     METHODS,
     TokenPoolConfig,
     TokenPooledBlocks,

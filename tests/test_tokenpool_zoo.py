@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from robustbench_wave.data import DatasetInfo
-from robustbench_wave.flops import vit_flops
-from robustbench_wave.frontend import grad_mode
-from robustbench_wave.models import build_model
-from robustbench_wave.tokenpool import token_pooling_layers
-from robustbench_wave.zoo import list_zoo, load_spec
+from robustbench_wave.models.flops import vit_flops
+from robustbench_wave.models.frontend import grad_mode
+from robustbench_wave.models.tokenpool import token_pooling_layers
+from robustbench_wave.models.vit import build_model
+from robustbench_wave.models.zoo import list_zoo, load_spec
 
 INFO = DatasetInfo("synthetic", "synthetic", 10, 1, 32, (0.5,), (0.25,), tuple(str(i) for i in range(10)))
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from robustbench_wave import checkpoint as ckpt
-from robustbench_wave import engine, train
+from robustbench_wave import train
 from robustbench_wave.data import load_split, to_float
+from robustbench_wave.training import checkpoint as ckpt
+from robustbench_wave.training import engine
 
 ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--test-subset", "128", "--batch-size", "32",
         "--epochs", "2", "--no-progress"]  # fmt: skip

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from test_diagnostics_models import baseline_spec, masking_spec, synthetic_records
 
-from robustbench_wave.verdict import (
+from robustbench_wave.analysis.verdict import (
     MASKING,
     NOT_ROBUST,
     ROBUST,

@@ -7,8 +7,8 @@ import pytest
 import pywt
 import torch
 
-from robustbench_wave.frontend import GradMode, grad_mode
-from robustbench_wave.wavelet import (
+from robustbench_wave.models.frontend import GradMode, grad_mode
+from robustbench_wave.models.wavelet import (
     WaveletFrontEnd,
     block_sizes,
     dwt2,

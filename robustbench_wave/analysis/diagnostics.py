@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .adaptive import (
+from robustbench_wave.attacks.lowfreq import (
     RECORD_COLUMNS,
     as_float_images,
     eval_mode,
@@ -59,7 +59,7 @@ from .adaptive import (
     modes_for,
     projected_gradient_attack,
 )
-from .runners import pgd_with_history
+from robustbench_wave.attacks.runners import pgd_with_history
 
 log = logging.getLogger(__name__)
 

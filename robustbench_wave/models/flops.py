@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .tokenpool import TokenPooledBlocks, TokenPooling
+from robustbench_wave.models.tokenpool import TokenPooledBlocks, TokenPooling
 
 log = logging.getLogger(__name__)
 

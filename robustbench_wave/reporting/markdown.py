@@ -26,12 +26,18 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import __version__
-from .adaptive import describe_energy, energy_removed, energy_summary, find_wavelet_front_end, lowfreq_records
-from .diagnostics import DiagnosticsReport, mode_view, run_diagnostics, threat_eps
-from .io import atomic_write_json, atomic_write_text
-from .plots import accuracy_curves, combine_seeds, write_figures
-from .verdict import claim_numbers, verdict
+from robustbench_wave import __version__
+from robustbench_wave.analysis.diagnostics import DiagnosticsReport, mode_view, run_diagnostics, threat_eps
+from robustbench_wave.analysis.verdict import claim_numbers, verdict
+from robustbench_wave.attacks.lowfreq import (
+    describe_energy,
+    energy_removed,
+    energy_summary,
+    find_wavelet_front_end,
+    lowfreq_records,
+)
+from robustbench_wave.io import atomic_write_json, atomic_write_text
+from robustbench_wave.reporting.plots import accuracy_curves, combine_seeds, write_figures
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,7 @@ def finalize_run(
     attacked again, as for every other attack of the run.  Writes ``adaptive_records.csv.gz``, ``energy.csv``, ``diagnostics.csv/json``,
     ``figures/*.png``, ``verdict.json`` and ``report.md``; returns the report's path.
     """
-    from . import records as rec
+    from robustbench_wave.evaluation import records as rec
 
     run_dir = Path(run_dir)
     records, meta, _ = rec.read_run(run_dir)
@@ -196,7 +202,7 @@ def _check_alignment(
     records: pd.DataFrame, images: torch.Tensor, labels: torch.Tensor, example_ids: Sequence[int] | None
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Images ordered like the run's example ids; raises if labels disagree with the records."""
-    from .adaptive import as_float_images
+    from robustbench_wave.attacks.lowfreq import as_float_images
 
     x = as_float_images(images)
     y = torch.as_tensor(labels).long().view(-1)
@@ -232,7 +238,7 @@ def write_diagnostics(run_dir: str | Path, reports: Sequence[DiagnosticsReport])
 # --------------------------------------------------------------------------------------------------------
 def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Everything the report needs from one run folder (missing optional files give empty values)."""
-    from . import records as rec
+    from robustbench_wave.evaluation import records as rec
 
     run_dir = Path(run_dir)
     records, meta, _ = rec.read_run(run_dir)
@@ -285,7 +291,7 @@ def md_table(df: pd.DataFrame, index: bool = False) -> str:
 def comparison_markdown(runs: Sequence[Mapping[str, Any]]) -> str:
     """Rows (threat, attack, eps), columns model/mode: robust accuracy % ± CI half-width (one run), or mean ±
     sd over runs (several training seeds)."""
-    from .tables import format_eps, summarize
+    from robustbench_wave.reporting.tables import format_eps, summarize
 
     summaries = [summarize(r["records"]) for r in runs]
     keys = ["model", "grad_mode", "threat", "attack", "eps"]

@@ -1,6 +1,6 @@
 """Evaluate any ``torch.nn.Module`` classifier on [0,1] inputs against an attack suite (RobustBench's spirit).
 
-    from robustbench_wave.benchmark import evaluate
+    from robustbench_wave.evaluation.evaluate import evaluate
     result = evaluate(model, images, labels, "default", dataset="fashion-mnist", model_name="wavelet")
     print(result)                  # readable table;  result.records / result.meta / result.table()
     result.save("results/attack/fashion-mnist/my-run")
@@ -45,12 +45,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import records as rec
-from . import tables
-from .bookkeeping import RobustState, audit
-from .frontend import GradMode, grad_mode, has_fixed_front_end
-from .io import atomic_write_json, provenance
-from .runners import (
+from robustbench_wave.attacks.runners import (
     GradSafe,
     RunContext,
     RunnerSpec,
@@ -61,7 +56,12 @@ from .runners import (
     model_device,
     seeded,
 )
-from .suite import BACKENDS, AttackEntry, Suite, load_suite
+from robustbench_wave.attacks.suite import BACKENDS, AttackEntry, Suite, load_suite
+from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.bookkeeping import RobustState, audit
+from robustbench_wave.io import atomic_write_json, provenance
+from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
+from robustbench_wave.reporting import tables
 
 log = logging.getLogger(__name__)
 SHARED = "shared"

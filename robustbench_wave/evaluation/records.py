@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .io import atomic_write_bytes, atomic_write_json
+from robustbench_wave.io import atomic_write_bytes, atomic_write_json
 
 RECORDS_FILE = "records.csv.gz"
 CROSSCHECK_FILE = "crosscheck_records.csv.gz"

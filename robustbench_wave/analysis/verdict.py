@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bookkeeping import wilson_interval
-from .diagnostics import clean_correct, robust_accuracy, threat_eps
+from robustbench_wave.analysis.diagnostics import clean_correct, robust_accuracy, threat_eps
+from robustbench_wave.evaluation.bookkeeping import wilson_interval
 
 log = logging.getLogger(__name__)
 

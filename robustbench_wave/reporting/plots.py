@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .io import atomic_write
+from robustbench_wave.io import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _slug(text: str) -> str:
 def accuracy_curves(records: pd.DataFrame) -> pd.DataFrame:
     """Worst-case robust accuracy per (model, grad_mode, threat, eps) with Wilson CIs, including eps = 0
     (clean accuracy), from the attack developer's tables (``tables.summarize``)."""
-    from .tables import WORST, summarize
+    from robustbench_wave.reporting.tables import WORST, summarize
 
     summary = summarize(records)
     worst = summary[summary["attack"] == WORST]

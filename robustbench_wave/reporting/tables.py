@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from .bookkeeping import WORST, example_flags, summarize_flags
-from .io import atomic_write, atomic_write_text
+from robustbench_wave.evaluation.bookkeeping import WORST, example_flags, summarize_flags
+from robustbench_wave.io import atomic_write, atomic_write_text
 
 ROW_KEYS = ["model", "grad_mode"]
 COL_KEYS = ["threat", "attack", "eps"]

@@ -35,7 +35,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
-SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parent.parent / "attacks"))
+SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
 THREATS = ("Linf", "L2", "L0")
 DEFAULT_EPS_KEY = "default"
 DEFAULT_RNG_BLOCK = 128

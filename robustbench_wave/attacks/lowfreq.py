@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .frontend import GradMode, grad_mode, has_fixed_front_end
+from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def wavelet_ll_project(delta: torch.Tensor, level: int, wavelet: str) -> torch.T
     Uses the lead's periodized torch DWT (orthogonal, so zeroing the details and inverting is the
     orthogonal projection).  Equals :func:`block_mean_project` for db1.
     """
-    from .wavelet import filter_bank, wavedec2, waverec2
+    from robustbench_wave.models.wavelet import filter_bank, wavedec2, waverec2
 
     _check_level(delta, level)
     bank = filter_bank(wavelet)

@@ -19,7 +19,7 @@ import torch
 from timm.layers import PatchEmbed
 from torch import nn
 
-from .wavelet import WaveletFrontEnd
+from robustbench_wave.models.wavelet import WaveletFrontEnd
 
 
 class OverlapPatchEmbed(PatchEmbed):

@@ -20,8 +20,8 @@ from timm.models import register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .tokenizers import OverlapPatchEmbed, WaveletEmbed
-from .zoo import load_spec
+from robustbench_wave.models.tokenizers import OverlapPatchEmbed, WaveletEmbed
+from robustbench_wave.models.zoo import load_spec
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifie
         **spec["body"],
     )
     if "tokenpool" in spec:
-        from .tokenpool import TokenPoolConfig, apply_token_pooling
+        from robustbench_wave.models.tokenpool import TokenPoolConfig, apply_token_pooling
 
         body = apply_token_pooling(body, TokenPoolConfig.from_dict(spec["tokenpool"]))
     normalize = None if spec["tokenizer"] == "wavelet" else Normalize(tuple(info.mean), tuple(info.std))

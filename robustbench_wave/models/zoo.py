@@ -17,7 +17,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
-ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parent.parent / "models"))
+ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
 BODIES_FILE = "bodies.toml"
 TOKENIZERS = ("patch", "wavelet")
 

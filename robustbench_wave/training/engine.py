@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .data import iterate_batches
+from robustbench_wave.data import iterate_batches
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .suite import AttackEntry
+from robustbench_wave.attacks.suite import AttackEntry
 
 # ----------------------------------------------------------------------------------------------- model state
 

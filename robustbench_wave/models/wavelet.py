@@ -25,7 +25,7 @@ import pywt
 import torch
 import torch.nn.functional as F
 
-from .frontend import FixedFrontEnd
+from robustbench_wave.models.frontend import FixedFrontEnd
 
 # JPEG / JFIF full-range BT.601, on the [0, 1] scale.
 _RGB_TO_YCBCR = (

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .frontend import FixedFrontEnd, GradMode
+from robustbench_wave.models.frontend import FixedFrontEnd, GradMode
 
 log = logging.getLogger(__name__)
 
