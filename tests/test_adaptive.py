@@ -15,15 +15,13 @@ import torch
 from test_diagnostics_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
 from torch import nn
 
+from robustbench_wave.analysis.energy import energy_removed, energy_summary, sparsification_energy
 from robustbench_wave.attacks.lowfreq import (
     RECORD_COLUMNS,
     block_mean_project,
-    energy_removed,
-    energy_summary,
     lowfreq_pgd,
     lowfreq_projector,
     lowfreq_records,
-    sparsification_energy,
     wavelet_ll_project,
 )
 from robustbench_wave.evaluation import records as rec

@@ -10,9 +10,10 @@ import torch
 from test_attack_fixtures import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
 from robustbench_wave.attacks import runners
+from robustbench_wave.attacks.budget import BudgetViolation
 from robustbench_wave.attacks.suite import parse_suite
-from robustbench_wave.evaluation.bookkeeping import WORST, BudgetViolation, example_flags
 from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
+from robustbench_wave.evaluation.metrics import WORST, example_flags
 from robustbench_wave.evaluation.records import COLUMNS
 
 N = 40

@@ -9,6 +9,7 @@ from test_attack_fixtures import frontend_model, labelled, linear_model, small_c
 from torch import nn
 
 from robustbench_wave.attacks import runners
+from robustbench_wave.attacks.budget import BudgetViolation, audit, perturbation_norm
 from robustbench_wave.attacks.runners import (
     GradSafe,
     RunContext,
@@ -20,7 +21,6 @@ from robustbench_wave.attacks.runners import (
     seeded,
 )
 from robustbench_wave.attacks.suite import FAMILIES, parse_suite
-from robustbench_wave.evaluation.bookkeeping import BudgetViolation, audit, perturbation_norm
 from robustbench_wave.models.frontend import grad_mode
 
 TOL = 1e-5

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.analysis.diagnostics import clean_correct, robust_accuracy, threat_eps
-from robustbench_wave.evaluation.bookkeeping import wilson_interval
+from robustbench_wave.evaluation.metrics import wilson_interval
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from robustbench_wave.attacks.budget import audit
 from robustbench_wave.attacks.runners import (
     GradSafe,
     RunContext,
@@ -58,7 +59,7 @@ from robustbench_wave.attacks.runners import (
 )
 from robustbench_wave.attacks.suite import BACKENDS, AttackEntry, Suite, load_suite
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.bookkeeping import RobustState, audit
+from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.io import atomic_write_json, provenance
 from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
 from robustbench_wave.reporting import tables

@@ -28,14 +28,9 @@ from torch import nn
 
 from robustbench_wave import __version__
 from robustbench_wave.analysis.diagnostics import DiagnosticsReport, mode_view, run_diagnostics, threat_eps
+from robustbench_wave.analysis.energy import describe_energy, energy_removed, energy_summary
 from robustbench_wave.analysis.verdict import claim_numbers, verdict
-from robustbench_wave.attacks.lowfreq import (
-    describe_energy,
-    energy_removed,
-    energy_summary,
-    find_wavelet_front_end,
-    lowfreq_records,
-)
+from robustbench_wave.attacks.lowfreq import find_wavelet_front_end, lowfreq_records
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.plots import accuracy_curves, combine_seeds, write_figures
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.evaluation.bookkeeping import WORST, example_flags, summarize_flags
+from robustbench_wave.evaluation.metrics import WORST, example_flags, summarize_flags
 from robustbench_wave.io import atomic_write, atomic_write_text
 
 ROW_KEYS = ["model", "grad_mode"]
