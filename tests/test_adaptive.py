@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import pywt
 import torch
-from test_diagnostics_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
 from torch import nn
 
 from robustbench_wave.analysis.energy import energy_removed, energy_summary, sparsification_energy
@@ -25,6 +24,7 @@ from robustbench_wave.attacks.lowfreq import (
     wavelet_ll_project,
 )
 from robustbench_wave.evaluation import records as rec
+from tests.support.masking_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
 
 
 def _pywt_ll_project(d: np.ndarray, level: int, wavelet: str) -> np.ndarray:

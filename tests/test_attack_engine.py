@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_attack_fixtures import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
 from robustbench_wave.attacks import runners
 from robustbench_wave.attacks.budget import BudgetViolation
@@ -15,6 +14,7 @@ from robustbench_wave.attacks.suite import parse_suite
 from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
 from robustbench_wave.evaluation.metrics import WORST, example_flags
 from robustbench_wave.evaluation.records import COLUMNS
+from tests.support.attack_models import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
 N = 40
 EPS = {"Linf": [0.0, 0.05, 0.15], "L2": [0.0, 0.5], "L0": [0.0, 0.05]}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attack_fixtures import frontend_model, labelled, linear_model, small_cnn, teacher, toy_data
 from torch import nn
 
 from robustbench_wave.attacks import runners
@@ -22,6 +21,7 @@ from robustbench_wave.attacks.runners import (
 )
 from robustbench_wave.attacks.suite import FAMILIES, parse_suite
 from robustbench_wave.models.frontend import grad_mode
+from tests.support.attack_models import frontend_model, labelled, linear_model, small_cnn, teacher, toy_data
 
 TOL = 1e-5
 

@@ -10,14 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_diagnostics_models import (
-    Info,
-    NoisyQuadrant,
-    QuadrantLinear,
-    QuantizedQuadrant,
-    masked_front_end_model,
-    quadrant_data,
-)
 from torch import nn
 
 from robustbench_wave.analysis.diagnostics import (
@@ -32,6 +24,14 @@ from robustbench_wave.analysis.diagnostics import (
     loss_convergence,
     robust_accuracy,
     run_diagnostics,
+)
+from tests.support.masking_models import (
+    Info,
+    NoisyQuadrant,
+    QuadrantLinear,
+    QuantizedQuadrant,
+    masked_front_end_model,
+    quadrant_data,
 )
 
 FAST = {"n": 16, "eps": 0.15, "steps": 4, "more": 2, "large_eps_steps": 5, "square_queries": 60}

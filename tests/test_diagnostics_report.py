@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_diagnostics_models import (
+
+from robustbench_wave.analysis.diagnostics import subset_records
+from robustbench_wave.evaluation import records as rec
+from robustbench_wave.reporting.markdown import REPORT_FILE, finalize_run, main, write_report
+from robustbench_wave.reporting.plots import accuracy_curves, plot_energy_removed, write_figures
+from tests.support.masking_models import (
     Info,
     QuadrantLinear,
     WaveletQuadrant,
@@ -17,11 +22,6 @@ from test_diagnostics_models import (
     quadrant_data,
     synthetic_records,
 )
-
-from robustbench_wave.analysis.diagnostics import subset_records
-from robustbench_wave.evaluation import records as rec
-from robustbench_wave.reporting.markdown import REPORT_FILE, finalize_run, main, write_report
-from robustbench_wave.reporting.plots import accuracy_curves, plot_energy_removed, write_figures
 
 
 def _write_run(run_dir: Path, records: pd.DataFrame, **meta) -> Path:

@@ -8,13 +8,13 @@ import math
 import pandas as pd
 import pytest
 import torch
-from test_attack_fixtures import labelled, small_cnn, teacher, tiny_suite, toy_data
 
 from robustbench_wave import report
 from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
 from robustbench_wave.evaluation.metrics import WORST, example_flags, wilson_interval
 from robustbench_wave.evaluation.records import make_frame, read_records, write_records
 from robustbench_wave.reporting import tables
+from tests.support.attack_models import labelled, small_cnn, teacher, tiny_suite, toy_data
 
 
 def _rows(

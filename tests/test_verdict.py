@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_diagnostics_models import baseline_spec, masking_spec, synthetic_records
 
 from robustbench_wave.analysis.verdict import (
     MASKING,
@@ -14,6 +13,7 @@ from robustbench_wave.analysis.verdict import (
     headline_eps,
     verdict,
 )
+from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
 
 
 def _run(candidate: str = "wavelet", baseline: str = "patch", **masking) -> pd.DataFrame:

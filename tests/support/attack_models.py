@@ -1,0 +1,119 @@
+"""Tiny models and data shared by the attack tests (plus checks that the fixtures are what the tests assume).
+
+Everything is 1x8x8 so the whole attack test set stays fast on a busy 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robustbench_wave.attacks.suite import Suite, parse_suite
+from robustbench_wave.models.frontend import FixedFrontEnd
+
+
+def toy_data(n: int = 48, seed: int = 0, shape: tuple[int, ...] = (1, 8, 8)) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand((n, *shape), generator=g)
+
+
+def linear_model(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Module:
+    """A linear classifier on flattened images: its optimal L∞ attack is known in closed form."""
+    lin = nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        lin.weight.copy_(weight)
+        lin.bias.copy_(torch.zeros(weight.shape[0]) if bias is None else bias)
+    return nn.Sequential(nn.Flatten(), lin).eval()
+
+
+def teacher(n_classes: int = 3, dim: int = 64, seed: int = 1, scale: float = 4.0) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    return linear_model(scale * torch.randn(n_classes, dim, generator=g) / dim**0.5)
+
+
+def small_cnn(seed: int = 0, n_classes: int = 3) -> nn.Module:
+    torch.manual_seed(seed)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, n_classes),
+    )
+    return net.eval()
+
+
+def labelled(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Labels = the model's own predictions, so clean accuracy is 100% and attacks decide everything."""
+    with torch.no_grad():
+        return model(x).argmax(1)
+
+
+class ToyFrontEnd(FixedFrontEnd):
+    """A fixed linear map (2x2 Haar analysis) followed by a hard threshold: a miniature wavelet tokenizer."""
+
+    def __init__(self, threshold: float = 0.15) -> None:
+        super().__init__()
+        h = (
+            torch.tensor(
+                [
+                    [[1.0, 1.0], [1.0, 1.0]],
+                    [[1.0, -1.0], [1.0, -1.0]],
+                    [[1.0, 1.0], [-1.0, -1.0]],
+                    [[1.0, -1.0], [-1.0, 1.0]],
+                ]
+            )
+            / 2
+        )
+        self.register_buffer("kernels", h.unsqueeze(1))  # (4, 1, 2, 2)
+        self.threshold = threshold
+
+    def smooth_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.conv2d(x, self.kernels, stride=2)  # (B, 4, H/2, W/2)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.smooth_transform(x)
+        return w * (w.abs() > self.threshold)
+
+
+def frontend_model(seed: int = 0, n_classes: int = 3) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(ToyFrontEnd(), nn.Flatten(), nn.Linear(4 * 4 * 4, n_classes)).eval()
+
+
+def tiny_suite() -> Suite:
+    """Every attack family once, one budget per threat, minimal steps/queries (smaller than attacks/smoke)."""
+    return parse_suite(
+        {
+            "name": "tiny",
+            "settings": {"rng_block": 8},
+            "eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.05]}},
+            "attack": [
+                {"name": "clean", "family": "clean"},
+                {"name": "noise_u", "family": "noise", "distribution": "uniform"},
+                {"name": "noise_sp", "family": "noise", "distribution": "salt_pepper"},
+                {"name": "fgsm", "family": "fgsm", "threat": "Linf"},
+                {
+                    "name": "pgd_linf",
+                    "family": "pgd",
+                    "threat": "Linf",
+                    "steps": 2,
+                    "rel_step_size": 0.5,
+                    "restarts": 2,
+                },
+                {"name": "pgd_l2", "family": "pgd", "threat": "L2", "steps": 2, "rel_step_size": 0.5},
+                {"name": "apgd", "family": "apgd", "threat": "Linf", "steps": 2},
+                {"name": "square", "family": "square", "threat": "Linf", "n_queries": 10},
+                {
+                    "name": "transfer",
+                    "family": "transfer",
+                    "threat": "Linf",
+                    "steps": 2,
+                    "rel_step_size": 0.5,
+                },
+            ],
+        }
+    )
+
+
+# ------------------------------------------------------------------------------- checks of the fixtures
