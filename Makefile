@@ -42,7 +42,7 @@ headline: $(STAMP)
 		$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --suite headline \
 			--n-examples $(HEADLINE_N) --train-seed $$s --out $(OUT) || exit 1; \
 	done
-	$(BIN)/python -m robustbench_wave.report_md $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
+	$(BIN)/python -m robustbench_wave.report $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
 		--out $(HEADLINE)/headline-report.md
 
 ## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite).

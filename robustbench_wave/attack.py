@@ -1,5 +1,9 @@
 """Command line: attack trained zoo models with a suite and write records + comparison tables.
 
+This module owns the ``python -m robustbench_wave.attack`` command: it parses the flags, loads the trained
+models and the test images, chooses the run folder and hands the work to
+:func:`robustbench_wave.evaluation.evaluate.evaluate`; the attacks, records and reports live in the library.
+
     python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --n-examples 1000
 
 loads ``results/train/<dataset>/<model>/seed-<train-seed>/`` for every ``--model``, attacks the first
@@ -15,19 +19,44 @@ import argparse
 import logging
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.attacks.suite import BACKENDS, list_suites, load_suite
+import torch
+from torch import nn
+
+from robustbench_wave.attacks import BACKENDS, Suite, list_suites, load_suite
+from robustbench_wave.data import DatasetInfo, describe_datasets, load_split, to_float
 from robustbench_wave.evaluation.evaluate import ALL_MODES, EvaluationResult, evaluate
 from robustbench_wave.evaluation.records import read_meta
 from robustbench_wave.io import atomic_write_json
-from robustbench_wave.reporting.markdown import VERDICT_JSON, finalize_run
+from robustbench_wave.reporting import tables
+from robustbench_wave.reporting.finalize import finalize_run
+from robustbench_wave.reporting.runs import VERDICT_JSON
+from robustbench_wave.training import checkpoint
+
+#: A trained model and the metadata of its training run (checkpoint hash, run folder, clean accuracy).
+Loaded = tuple[nn.Module, dict[str, Any]]
+
+#: ``--surrogate`` value that skips the transfer attack.
+NO_SURROGATE = "none"
+
+#: What this module writes into a run folder (records, tables and report are written by the library).
+CONFIG_JSON = "config.json"
+CHUNKS_DIR = "chunks"
+
+#: Columns of the cross-check table printed on the terminal.
+CROSSCHECK_COLUMNS = [
+    "model", "grad_mode", "attack", "eps", "primary_backend", "backend", "n_points", "difference",
+    "n_disagree",
+]  # fmt: skip
 
 log = logging.getLogger("robustbench_wave.attack")
 
 
 def echo(msg: str = "") -> None:
+    """Terminal output of the command (results, not log messages)."""
     sys.stdout.write(msg + "\n")
     sys.stdout.flush()
 
@@ -59,7 +88,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dataset",
         default="fashion-mnist",
-        help="data set spec the models were trained on (fashion-mnist, cifar10, imagefolder:PATH, synthetic)",
+        help=f"data set spec the models were trained on: {describe_datasets()}",
     )
     p.add_argument("--n-examples", type=int, default=1000, help="attack the first N test images")
     p.add_argument(
@@ -142,118 +171,189 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=10,
         help="PGD steps of the diagnostics' extra attacks (x4 sweep)",
     )
-    p.add_argument(
-        "--lowfreq-steps",
-        type=int,
-        default=10,
-        help="PGD steps of the low-frequency (LL-band) adaptive attack",
-    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log every chunk")
     return p
 
 
-def _load_model(name: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from robustbench_wave.training.checkpoint import load_trained
+@dataclass(frozen=True)
+class RunSettings:
+    """The choices that make two invocations the same run.
 
+    Batch size, device, threads and progress bars only change how fast a run goes, so they are not part
+    of it; a run folder whose ``config.json`` holds other settings is refused unless overwritten.
+    """
+
+    models: list[str]
+    dataset: str
+    n_examples: int
+    seed: int
+    train_seed: int
+    backend: str
+    grad_modes: str
+    surrogate: str
+    skip_broken: bool
+    cross_check: bool
+
+    @property
+    def has_surrogate(self) -> bool:
+        return self.surrogate.lower() != NO_SURROGATE
+
+    def to_config(self, suite: Suite, hashes: dict[str, str]) -> dict[str, Any]:
+        """The ``config.json`` of the run: these settings, the suite and the checkpoint hashes."""
+        return {
+            "models": self.models,
+            "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
+            "dataset": self.dataset,
+            "n_examples": self.n_examples,
+            "seed": self.seed,
+            "train_seed": self.train_seed,
+            "backend": self.backend,
+            "grad_modes": self.grad_modes,
+            "surrogate": self.surrogate,
+            "skip_broken": self.skip_broken,
+            "cross_check": self.cross_check,
+            "checkpoints": hashes,
+        }
+
+
+def select_suite(suite: str, attacks: str | None) -> Suite:
+    """Load a suite by name or path and keep only the comma-separated ``attacks`` (clean always stays)."""
+    loaded = load_suite(suite)
+    if attacks:
+        loaded = loaded.select([a.strip() for a in attacks.split(",") if a.strip()])
+    return loaded
+
+
+def parse_grad_modes(text: str) -> list[str]:
+    """The comma-separated gradient modes, each one of ``ALL_MODES``."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = sorted(set(modes) - set(ALL_MODES))
+    if bad:
+        raise ValueError(f"unknown --grad-modes {bad}; choose from {ALL_MODES}")
+    return modes
+
+
+def load_test_images(dataset: str, n_examples: int) -> tuple[torch.Tensor, torch.Tensor, DatasetInfo]:
+    """The first ``n_examples`` test images as floats in [0, 1], their labels and the data set info."""
+    images_u8, labels, info = load_split(dataset, "test")
+    n = min(n_examples, len(labels))
+    if n < n_examples:
+        log.warning("the test split has only %d images; attacking all of them", n)
+    return to_float(images_u8[:n]), labels[:n], info
+
+
+def load_models(names: list[str], dataset: str, results_dir: Path, train_seed: int) -> dict[str, Loaded]:
+    """Load the trained checkpoint of every name once (a repeated name is loaded once), in order."""
+    return {name: load_model(name, dataset, results_dir, train_seed) for name in dict.fromkeys(names)}
+
+
+def load_model(name: str, dataset: str, results_dir: Path, train_seed: int) -> Loaded:
+    """One trained zoo model; a missing or corrupt checkpoint ends the command with one clear line."""
     try:
-        return load_trained(name, args.dataset, args.results_dir, args.train_seed)
+        return checkpoint.load_trained(name, dataset, results_dir, train_seed)
     except ValueError as err:
         raise SystemExit(f"cannot load model {name!r}: {err}") from None
 
 
-def _run_config(
-    args: argparse.Namespace, suite_dict: dict[str, Any], hashes: dict[str, str]
-) -> dict[str, Any]:
-    """What makes two invocations the same run (batch size and progress do not change results)."""
-    return {
-        "models": args.model,
-        "suite": {k: v for k, v in suite_dict.items() if k not in ("description", "source")},
-        "dataset": args.dataset,
-        "n_examples": args.n_examples,
-        "seed": args.seed,
-        "train_seed": args.train_seed,
-        "backend": args.backend,
-        "grad_modes": args.grad_modes,
-        "surrogate": args.surrogate,
-        "skip_broken": args.skip_broken,
-        "cross_check": args.cross_check,
-        "checkpoints": hashes,
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = get_args_parser().parse_args(argv)
-    if args.threads > 0:
-        import torch
-
-        torch.set_num_threads(args.threads)  # explicit user request for this process only
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        suite = load_suite(args.suite)
-        if args.attacks:
-            suite = suite.select([a.strip() for a in args.attacks.split(",") if a.strip()])
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    if args.n_examples < 1 or args.batch_size < 1:
-        raise SystemExit("--n-examples and --batch-size must be >= 1")
-    modes = [m.strip() for m in args.grad_modes.split(",") if m.strip()]
-    bad = sorted(set(modes) - set(ALL_MODES))
-    if bad:
-        raise SystemExit(f"unknown --grad-modes {bad}; choose from {ALL_MODES}")
-
-    from robustbench_wave.data import load_split, to_float
-
-    try:
-        images_u8, labels, info = load_split(args.dataset, "test")
-    except ValueError as err:
-        raise SystemExit(f"cannot load {args.dataset!r} test data: {err}") from None
-    n = min(args.n_examples, len(labels))
-    if n < args.n_examples:
-        log.warning("the test split has only %d images; attacking all of them", n)
-    images, labels = to_float(images_u8[:n]), labels[:n]
-
-    models = {name: _load_model(name, args) for name in dict.fromkeys(args.model)}
-    surrogate = None
-    if args.surrogate.lower() != "none":
-        surrogate = models[args.surrogate] if args.surrogate in models else _load_model(args.surrogate, args)
+def checkpoint_hashes(
+    models: dict[str, Loaded], surrogate_name: str, surrogate: Loaded | None
+) -> dict[str, str]:
+    """The sha256 of every checkpoint the run reads, the surrogate's under ``surrogate:<name>``."""
     hashes = {k: v[1].get("checkpoint_sha256", "") for k, v in models.items()}
     if surrogate is not None:
-        hashes[f"surrogate:{args.surrogate}"] = surrogate[1].get("checkpoint_sha256", "")
+        hashes[f"surrogate:{surrogate_name}"] = surrogate[1].get("checkpoint_sha256", "")
+    return hashes
 
-    run_name = args.run_name or f"{'+'.join(models)}_{suite.name}_n{n}_seed{args.seed}_train{args.train_seed}"
-    run_dir = Path(args.out) / "attack" / info.slug / run_name
-    config = _run_config(args, suite.to_dict(), hashes)
-    config_path = run_dir / "config.json"
+
+def default_run_name(models: list[str], suite_name: str, n: int, seed: int, train_seed: int) -> str:
+    """Folder name of a run: its models, suite, number of examples and seeds."""
+    return f"{'+'.join(models)}_{suite_name}_n{n}_seed{seed}_train{train_seed}"
+
+
+def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool) -> None:
+    """Write ``config.json``; a folder holding another configuration is refused unless ``overwrite``.
+
+    Overwriting discards the old chunks, so nothing computed under the old configuration is resumed.
+    """
+    config_path = run_dir / CONFIG_JSON
     old = read_meta(config_path)
     if old and old != config:
-        if not args.overwrite:
+        if not overwrite:
             raise SystemExit(
                 f"{run_dir} holds a run with a different configuration; pass --run-name NAME for a new folder "
                 "or --overwrite to replace it"
             )
-        shutil.rmtree(run_dir / "chunks", ignore_errors=True)
+        shutil.rmtree(run_dir / CHUNKS_DIR, ignore_errors=True)
     atomic_write_json(config_path, config)
 
+
+def _check_dataset(name: str, train_meta: dict[str, Any], info: DatasetInfo) -> None:
+    trained_on = train_meta.get("dataset_info")
+    if trained_on is not None and getattr(trained_on, "in_chans", info.in_chans) != info.in_chans:
+        raise SystemExit(f"model {name!r} was trained on {trained_on.name}, not on {info.name}")
+
+
+def _summary_line(name: str, result: EvaluationResult) -> str:
+    m = result.meta["models"][name]
+    return (
+        f"{name}: clean accuracy {m['clean_accuracy']:.4f}, {m['seconds_total']:.0f} s "
+        f"(attacks took {m['seconds_attacks']:.0f} s when computed; {m['resumed_chunks']} chunks resumed)"
+    )
+
+
+def _configure_process(threads: int, verbose: bool) -> None:
+    if threads > 0:
+        torch.set_num_threads(threads)  # explicit user request for this process only
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(
+        models=args.model,
+        dataset=args.dataset,
+        n_examples=args.n_examples,
+        seed=args.seed,
+        train_seed=args.train_seed,
+        backend=args.backend,
+        grad_modes=args.grad_modes,
+        surrogate=args.surrogate,
+        skip_broken=args.skip_broken,
+        cross_check=args.cross_check,
+    )
+
+
+def attack_models(
+    settings: RunSettings,
+    suite: Suite,
+    data: tuple[torch.Tensor, torch.Tensor, DatasetInfo],
+    modes: list[str],
+    models: dict[str, Loaded],
+    surrogate: Loaded | None,
+    run_dir: Path,
+    *,
+    device: str,
+    batch_size: int,
+    progress: bool,
+) -> list[EvaluationResult]:
+    """Run the suite on every model in turn; finished chunks are cached in ``run_dir/chunks``.
+
+    ``device``, ``batch_size`` and ``progress`` change only speed and memory, never the records.
+    """
+    images, labels, info = data
     results = []
     for name, (model, tmeta) in models.items():
-        if (
-            tmeta.get("dataset_info") is not None
-            and getattr(tmeta["dataset_info"], "in_chans", info.in_chans) != info.in_chans
-        ):
-            raise SystemExit(
-                f"model {name!r} was trained on {tmeta['dataset_info'].name}, not on {info.name}"
-            )
-        model.to(args.device)
-        sur = surrogate[0].to(args.device) if surrogate is not None else None
+        _check_dataset(name, tmeta, info)
+        model.to(device)
+        sur = surrogate[0].to(device) if surrogate is not None else None
         if sur is model:
             log.info("%s is its own surrogate: the transfer attack is a white-box attack here", name)
         extra = {
             "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
             "checkpoint_dir": tmeta.get("run_dir"),
-            "train_seed": args.train_seed,
+            "train_seed": settings.train_seed,
             "train_test_accuracy": tmeta.get("clean_accuracy"),
         }
         result = evaluate(
@@ -263,63 +363,100 @@ def main(argv: list[str] | None = None) -> int:
             suite,
             dataset=info,
             grad_modes=modes,
-            backend=args.backend,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            skip_broken=args.skip_broken,
+            backend=settings.backend,
+            seed=settings.seed,
+            batch_size=batch_size,
+            skip_broken=settings.skip_broken,
             surrogate=sur,
-            surrogate_name=args.surrogate if sur is not None else None,
+            surrogate_name=settings.surrogate if sur is not None else None,
             model_name=name,
-            progress=args.progress,
-            cross_check=args.cross_check,
-            cache_dir=run_dir / "chunks",
+            progress=progress,
+            cross_check=settings.cross_check,
+            cache_dir=run_dir / CHUNKS_DIR,
             extra_meta=extra,
         )
         results.append(result)
-        echo(
-            f"{name}: clean accuracy {result.meta['models'][name]['clean_accuracy']:.4f}, "
-            f"{result.meta['models'][name]['seconds_total']:.0f} s "
-            f"(attacks took {result.meta['models'][name]['seconds_attacks']:.0f} s when computed; "
-            f"{result.meta['models'][name]['resumed_chunks']} chunks resumed)"
+        echo(_summary_line(name, result))
+    return results
+
+
+def _print_results(merged: EvaluationResult, run_dir: Path, paths: dict[str, Path]) -> None:
+    echo()
+    echo(paths["text"].read_text(encoding="utf-8"))  # the table rendered by reporting.tables
+    xc = merged.crosscheck()
+    if xc is not None:
+        echo("cross-check (robust accuracy of the other backend minus the primary one, on the same points):")
+        echo(xc[CROSSCHECK_COLUMNS].to_string(index=False))
+    echo(f"\nwrote {run_dir}: " + ", ".join(sorted(p.name for p in paths.values())))
+
+
+def _diagnose(
+    args: argparse.Namespace,
+    run_dir: Path,
+    models: dict[str, Loaded],
+    data: tuple[torch.Tensor, torch.Tensor, DatasetInfo],
+) -> None:
+    """Gradient-masking checklist, figures, verdict and report.md of the finished run."""
+    images, labels, info = data
+    report = finalize_run(
+        run_dir,
+        {name: model for name, (model, _) in models.items()},
+        images,
+        labels,
+        info,
+        n_diagnostics=args.n_diagnostics,
+        diagnostics_steps=args.diagnostics_steps,
+        seed=args.seed,
+        batch_size=args.batch_size,
+    )
+    verdict = read_meta(run_dir / VERDICT_JSON) or {}
+    if verdict.get("text"):
+        echo(f"\nverdict: {verdict['text']}")
+    echo(f"report: {report}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; bad input (unknown suite, model or grad mode ...) ends with one clear line."""
+    args = get_args_parser().parse_args(argv)
+    _configure_process(args.threads, args.verbose)
+    settings = _settings(args)
+    try:
+        suite = select_suite(args.suite, args.attacks)
+        if args.n_examples < 1 or args.batch_size < 1:
+            raise ValueError("--n-examples and --batch-size must be >= 1")
+        modes = parse_grad_modes(settings.grad_modes)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    try:
+        data = load_test_images(settings.dataset, settings.n_examples)
+    except ValueError as err:
+        raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
+    n, info = len(data[1]), data[2]
+
+    models = load_models(settings.models, settings.dataset, args.results_dir, settings.train_seed)
+    surrogate = None
+    if settings.has_surrogate:
+        surrogate = models.get(settings.surrogate) or load_model(
+            settings.surrogate, settings.dataset, args.results_dir, settings.train_seed
         )
+    config = settings.to_config(suite, checkpoint_hashes(models, settings.surrogate, surrogate))
+    run_name = args.run_name or default_run_name(
+        list(models), suite.name, n, settings.seed, settings.train_seed
+    )
+    run_dir = Path(args.out) / "attack" / info.slug / run_name
+    prepare_run_dir(run_dir, config, args.overwrite)
+
+    results = attack_models(
+        settings, suite, data, modes, models, surrogate, run_dir,
+        device=args.device, batch_size=args.batch_size, progress=args.progress,
+    )  # fmt: skip
     merged = EvaluationResult.merge(results)
     merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}
     paths = merged.save(run_dir)
-    echo()
-    echo(str(merged))
-    xc = merged.crosscheck()
-    if xc is not None:
-        cols = [
-            "model",
-            "grad_mode",
-            "attack",
-            "eps",
-            "primary_backend",
-            "backend",
-            "n_points",
-            "difference",
-            "n_disagree",
-        ]
-        echo("cross-check (robust accuracy of the other backend minus the primary one, on the same points):")
-        echo(xc[cols].to_string(index=False))
-    echo(f"\nwrote {run_dir}: " + ", ".join(sorted(p.name for p in paths.values())))
+    paths |= tables.write_tables(merged.records, run_dir, meta=merged.meta, cross=merged.crosscheck_records)
+    _print_results(merged, run_dir, paths)
     if args.diagnostics:
-        report = finalize_run(
-            run_dir,
-            {name: model for name, (model, _) in models.items()},
-            images,
-            labels,
-            info,
-            n_diagnostics=args.n_diagnostics,
-            diagnostics_steps=args.diagnostics_steps,
-            lowfreq_steps=args.lowfreq_steps,
-            seed=args.seed,
-            batch_size=args.batch_size,
-        )
-        verdict = read_meta(run_dir / VERDICT_JSON) or {}
-        if verdict.get("text"):
-            echo(f"\nverdict: {verdict['text']}")
-        echo(f"report: {report}")
+        _diagnose(args, run_dir, models, data)
     return 0
 
 

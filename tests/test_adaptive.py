@@ -15,16 +15,30 @@ import torch
 from torch import nn
 
 from robustbench_wave.analysis.energy import energy_removed, energy_summary, sparsification_energy
-from robustbench_wave.attacks.lowfreq import (
-    RECORD_COLUMNS,
+from robustbench_wave.attacks import (
+    GradSafe,
+    LowFreqPGD,
+    attack_mode,
     block_mean_project,
-    lowfreq_pgd,
     lowfreq_projector,
-    lowfreq_records,
+    parse_suite,
+    resolve_level,
     wavelet_ll_project,
 )
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.evaluate import evaluate
 from tests.support.masking_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
+
+
+def _lowfreq(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, level: int, steps: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The low-frequency attack on the PGD engine (step 2.5 eps / steps); returns (x_adv, still correct)."""
+    attack = LowFreqPGD(eps=eps, norm="Linf", steps=steps, step_size=2.5 * eps / steps, level=level)
+    with attack_mode(model):
+        x_adv, _, _ = attack.run(GradSafe(model), x, y, torch.arange(len(x)))
+        with torch.no_grad():
+            return x_adv, model(x_adv).argmax(1) == y
 
 
 def _pywt_ll_project(d: np.ndarray, level: int, wavelet: str) -> np.ndarray:
@@ -78,12 +92,12 @@ def test_lowfreq_pgd_finds_the_optimal_attack_on_a_quadrant_model():
     true = m.gather(1, y[:, None]).squeeze(1)
     other = m.scatter(1, y[:, None], -1.0).amax(1)
     for eps in (0.05, 0.077, 0.15):
-        out = lowfreq_pgd(model, x, y, eps=eps, level=2, steps=20)
+        x_adv, correct = _lowfreq(model, x, y, eps=eps, level=2, steps=20)
         oracle_robust = (true - other) > 2 * eps
         if eps == 0.077:
             assert 0 < int(oracle_robust.sum()) < len(y)  # the budget splits the points
-        assert torch.equal(out["correct"], oracle_robust), eps
-        d = out["x_adv"] - x
+        assert torch.equal(correct, oracle_robust), eps
+        d = x_adv - x
         assert float(d.abs().max()) <= eps + 1e-6
         torch.testing.assert_close(block_mean_project(d, 2), d, atol=1e-6, rtol=0)
 
@@ -103,31 +117,65 @@ def test_lowfreq_attack_cannot_touch_high_frequencies():
     x = (0.5 + 0.05 * torch.randn(8, 1, 8, 8, generator=gen)).clamp(0, 1)
     model = _Checkerboard()
     y = model(x).argmax(1)
-    out = lowfreq_pgd(model, x, y, eps=0.3, level=1, steps=5)
-    torch.testing.assert_close(model(out["x_adv"]), model(x), atol=1e-4, rtol=0)
-    assert bool(out["correct"].all())
+    x_adv, correct = _lowfreq(model, x, y, eps=0.3, level=1, steps=5)
+    torch.testing.assert_close(model(x_adv), model(x), atol=1e-4, rtol=0)
+    assert bool(correct.all())
 
 
-def test_lowfreq_records_schema_and_batch_size_invariance():
+def _lowfreq_suite(**params: object):
+    return parse_suite(
+        {
+            "eps": {"default": {"Linf": [0.077, 0.15]}},
+            "attack": [{"name": "lowfreq_pgd_linf", "family": "lowfreq-pgd", "threat": "Linf", **params}],
+        }
+    )
+
+
+def test_lowfreq_suite_family_gets_the_evaluation_bookkeeping():
+    """As a registered family the attack gets the record schema, the audit, skip-broken and batch invariance."""
     x, y = quadrant_data(12)
     model = QuadrantLinear().eval()
     y_wrong = y.clone()
     y_wrong[0] = (y[0] + 1) % 4  # one clean error: never attacked
-    kw = {"model_name": "m", "dataset": "d", "level": 2, "steps": 4}
-    a = lowfreq_records(model, x, y_wrong, [0.05, 0.15], batch_size=5, **kw)
-    b = lowfreq_records(model, x, y_wrong, [0.05, 0.15], batch_size=12, **kw)
-    assert list(a.columns) == list(RECORD_COLUMNS)
+    suite = _lowfreq_suite(steps=4, rel_step_size=0.5, level=2)
+    a = evaluate(model, x, y_wrong, suite, batch_size=5, progress=False).records
+    b = evaluate(model, x, y_wrong, suite, batch_size=12, progress=False).records
+    assert list(a.columns) == rec.COLUMNS
     pd.testing.assert_frame_equal(a, b)
-    assert set(a["attack"]) == {"lowfreq_pgd_linf"} and set(a["family"]) == {"lowfreq-pgd"}
-    first = a[a["example_id"] == 0]
+    low = a[a["family"] == "lowfreq-pgd"]
+    assert set(low["attack"]) == {"lowfreq_pgd_linf"} and set(low["kind"]) == {"white-box"}
+    first = low[low["example_id"] == 0]
     assert not first["attacked"].any() and not first["correct"].any()
-    assert bool((a.loc[a["attacked"], "norm"] <= a.loc[a["attacked"], "eps"] + 1e-6).all())
-    rec.coerce(a)  # joins the attack developer's records without dtype surprises
-    skipped = lowfreq_records(model, x, y_wrong, [0.05], skip_ids={("exact", 0.05): {1, 2}}, **kw)
-    gone = skipped[skipped["example_id"].isin([1, 2])]
-    assert not gone["attacked"].any() and not gone["correct"].any() and gone["pred"].isna().all()
-    kept = skipped[skipped["example_id"] >= 3].reset_index(drop=True)
-    pd.testing.assert_frame_equal(kept, a[(a["eps"] == 0.05) & (a["example_id"] >= 3)].reset_index(drop=True))
+    hit = low[low["attacked"]]
+    assert bool((hit["norm"] <= hit["eps"] + 1e-6).all()) and hit["correct_last"].notna().all()
+    # skip_broken: a point broken at 0.077 is not attacked again at 0.15
+    by_eps = low.pivot(index="example_id", columns="eps", values="attacked")
+    broken = low[(low["eps"] == 0.077) & low["attacked"] & ~low["correct"]]["example_id"]
+    assert len(broken) and not by_eps.loc[broken, 0.15].any()
+
+
+class _Patches(nn.Module):
+    """A stand-in patch tokenizer: timm's ``PatchEmbed`` exposes ``patch_size`` as a pair."""
+
+    def __init__(self, patch: int) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(1, 2, patch, stride=patch)
+        self.embed.patch_size = (patch, patch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embed(x).flatten(1)
+
+
+def test_auto_level_reads_the_model_and_otherwise_says_what_to_set():
+    assert resolve_level(WaveletQuadrant(), "auto") == 2  # the wavelet front-end's levels
+    assert resolve_level(_Patches(4), "auto") == 2  # log2 of the patch size
+    assert resolve_level(_Patches(4), 1) == 1  # an explicit level wins
+    for model in (QuadrantLinear(), _Patches(3)):
+        with pytest.raises(ValueError, match="set `level = N` in the suite entry"):
+            resolve_level(model, "auto")
+    x, y = quadrant_data(4)
+    with pytest.raises(ValueError, match="level = N"):
+        evaluate(QuadrantLinear(), x, y, _lowfreq_suite(steps=2), progress=False)
 
 
 def test_energy_removed_oracles():

@@ -1,19 +1,19 @@
-"""The evaluation engine (benchmark.evaluate): bookkeeping invariants, gradient modes, batch-size invariance,
+"""The evaluation engine (evaluation.evaluate): bookkeeping invariants, gradient modes, batch-size invariance,
 resume, provenance and the budget audit."""
 
 from __future__ import annotations
+
+import importlib
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from robustbench_wave.attacks import runners
-from robustbench_wave.attacks.budget import BudgetViolation
-from robustbench_wave.attacks.suite import parse_suite
-from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
+from robustbench_wave.attacks import BudgetViolation, RunnerSpec, RunOutput, parse_suite
+from robustbench_wave.evaluation import EvaluationResult, evaluate
 from robustbench_wave.evaluation.metrics import WORST, example_flags
-from robustbench_wave.evaluation.records import COLUMNS
+from robustbench_wave.evaluation.records import COLUMNS, DTYPES
 from tests.support.attack_models import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
 N = 40
@@ -66,6 +66,7 @@ def cnn_runs() -> dict[str, EvaluationResult]:
 def test_records_follow_the_contract_schema(cnn_runs: dict[str, EvaluationResult]) -> None:
     r = cnn_runs["skip"].records
     assert list(r.columns) == COLUMNS
+    assert {c: str(t) for c, t in r.dtypes.items()} == DTYPES
     n_rows = N * sum(len(EPS[a.threat]) if a.family != "clean" else 1 for a in DETERMINISTIC.attacks)
     assert len(r) == n_rows and not r.duplicated(["model", "grad_mode", "attack", "eps", "example_id"]).any()
     by = r.groupby("attack")["backend"].first()
@@ -181,9 +182,10 @@ def test_fixed_front_end_models_are_attacked_under_every_gradient_mode(
         if t["attack"] == "pgd_linf"
     }
     assert notes["blocked"] and not notes["exact"] and not notes["bpda"]
-    assert "worst" in frontend_run.table().index.get_level_values("grad_mode")
     assert frontend_run.robust_accuracy("Linf", 0.15) == acc("worst", WORST, 0.15)
     assert frontend_run.robust_accuracy("Linf", 0.15, grad_mode="blocked") == acc("blocked", WORST, 0.15)
+    with pytest.raises(ValueError, match="not evaluated"):
+        frontend_run.robust_accuracy("Linf", 0.1)
 
 
 def test_models_without_front_end_run_exact_only(cnn_runs: dict[str, EvaluationResult]) -> None:
@@ -253,9 +255,17 @@ def test_killed_runs_resume_from_saved_chunks(tmp_path) -> None:
 
 def test_budget_violations_stop_the_run_naming_the_attack(monkeypatch: pytest.MonkeyPatch) -> None:
     def rogue(model, x, y, ids, eps, entry, ctx):  # type: ignore[no-untyped-def]
-        return runners.RunOutput((x + 2 * eps).clamp(0, 1))
+        return RunOutput((x + 2 * eps).clamp(0, 1))
 
-    monkeypatch.setitem(runners.RUNNERS, ("fgsm", "foolbox"), runners.RunnerSpec(rogue, True))
+    engine = importlib.import_module("robustbench_wave.evaluation.evaluate")  # the module, not the function
+    registered = engine.get_runner
+
+    def get_runner(family: str, backend: str) -> RunnerSpec:
+        if (family, backend) == ("fgsm", "foolbox"):
+            return RunnerSpec(family, backend, rogue, True)
+        return registered(family, backend)
+
+    monkeypatch.setattr(engine, "get_runner", get_runner)
     model = small_cnn()
     x, y = _data(model, 8)
     with pytest.raises(BudgetViolation, match="'fgsm \\(foolbox\\)'"):

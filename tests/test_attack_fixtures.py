@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from robustbench_wave.attacks.suite import FAMILIES
+from robustbench_wave.attacks import list_families, resolve_level
 from robustbench_wave.models.frontend import has_fixed_front_end
 from tests.support.attack_models import (
     ToyFrontEnd,
     frontend_model,
     labelled,
+    patch_model,
     small_cnn,
     teacher,
     tiny_suite,
@@ -18,7 +19,12 @@ from tests.support.attack_models import (
 
 
 def test_tiny_suite_covers_every_family() -> None:
-    assert {a.family for a in tiny_suite().attacks} == set(FAMILIES)
+    assert {a.family for a in tiny_suite().attacks} == set(list_families())
+
+
+def test_patch_model_lets_every_family_run_with_its_defaults() -> None:
+    """The registry tests use the families' defaults: lowfreq-pgd's level = "auto" needs a patch tokenizer."""
+    assert resolve_level(patch_model(), "auto") == 1  # 2x2 patches
 
 
 def test_toy_front_end_is_a_sparsified_orthogonal_transform() -> None:
@@ -41,7 +47,7 @@ def test_labelled_toy_problems_are_neither_trivial_nor_saturated() -> None:
     (closed form): the tests' budgets (0.03 ... 0.3) must break some points and leave others standing.
     """
     x = toy_data(48)
-    for m in (small_cnn(), frontend_model()):
+    for m in (small_cnn(), frontend_model(), patch_model()):
         assert len(labelled(m, x).unique()) >= 2, f"{m} labels the toy data with one class only"
     lin = teacher()[1]
     y = labelled(teacher(), x)

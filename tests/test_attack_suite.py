@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from robustbench_wave.attacks.suite import FAMILIES, load_suite, parse_eps, parse_suite
+from robustbench_wave.attacks import list_families, load_suite, parse_eps, parse_suite
 
 
 def _minimal(**attack: object) -> dict:
@@ -18,7 +18,7 @@ def _minimal(**attack: object) -> dict:
 def test_default_suite_has_every_required_attack_and_per_dataset_budgets() -> None:
     s = load_suite("default")
     families = {a.family for a in s.attacks}
-    assert families == {"clean", "noise", "fgsm", "pgd", "apgd", "square", "transfer"}
+    assert families == {"clean", "noise", "fgsm", "pgd", "apgd", "square", "transfer", "lowfreq-pgd"}
     noise = {a.params["distribution"] for a in s.attacks if a.family == "noise"}
     assert noise == {"uniform", "sign", "gaussian", "salt_pepper"}
     apgd = next(a for a in s.attacks if a.family == "apgd")
@@ -38,8 +38,19 @@ def test_default_suite_has_every_required_attack_and_per_dataset_budgets() -> No
     assert s.eps_key("synthetic-rgb") == s.eps_key("imagefolder-pets") == s.eps_key(None) == "default"
 
 
+@pytest.mark.parametrize("name", ["default", "headline", "smoke"])
+def test_lowfreq_pgd_runs_last_so_earlier_attacks_keep_their_records(name: str) -> None:
+    """skip_broken makes every attack depend on the ones above it: a new family is appended at the end."""
+    last = load_suite(name).attacks[-1]
+    assert last.family == "lowfreq-pgd" and last.threat == "Linf"
+    assert last.params["level"] == "auto" and last.params["basis"] == "haar"
+    if name != "smoke":
+        assert last.name == "lowfreq_pgd_linf" and last.params["steps"] == 20
+        assert last.params["rel_step_size"] == 0.125  # 2.5 eps / steps at 20 steps
+
+
 def test_smoke_suite_loads_and_covers_every_family() -> None:
-    assert {a.family for a in load_suite("smoke").attacks} == set(FAMILIES)
+    assert {a.family for a in load_suite("smoke").attacks} == set(list_families())
 
 
 def test_fraction_strings_and_numbers() -> None:
@@ -67,6 +78,10 @@ def test_fraction_strings_and_numbers() -> None:
         ({"name": "x", "family": "noise", "distribution": "gaussian", "threat": "Linf"}, "budgeted in L2"),
         ({"name": "x", "family": "noise", "threat": "Linf"}, "missing required parameter 'distribution'"),
         ({"name": "x", "family": "fgsm", "threat": "L2"}, "supports threats"),
+        ({"name": "x", "family": "lowfreq-pgd", "threat": "L0"}, "supports threats"),
+        ({"name": "x", "family": "lowfreq-pgd", "threat": "Linf", "level": "deep"}, "int or 'auto'"),
+        ({"name": "x", "family": "lowfreq-pgd", "threat": "Linf", "level": -1}, "level = -1 must be >= 0"),
+        ({"name": "x", "family": "lowfreq-pgd", "threat": "Linf", "basis": "dct"}, "choose one of"),
     ],
 )
 def test_invalid_suites_raise_helpful_errors(attack: dict, message: str) -> None:

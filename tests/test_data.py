@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from robustbench_wave import data
-from robustbench_wave.data import ChecksumError, DataError, DatasetInfo
+from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist, registry
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CIFAR10_JPEG_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg.zip"
@@ -67,14 +67,14 @@ def fake_fashion(tmp_path, monkeypatch):
     mirror.mkdir()
     files = {}
     for key, arr in arrays.items():
-        name = data._FASHION_FILES[key].filename
+        name = fashion_mnist.FILES[key].filename
         payload = idx_bytes(arr)
         gz = gzip.compress(payload)
         (mirror / name).write_bytes(gz)
-        files[key] = data._IdxFile(name, md5(gz), sha256(payload))
-    monkeypatch.setattr(data, "_FASHION_FILES", files)
-    monkeypatch.setattr(data, "SYSTEM_FASHION_MNIST_DIRS", ())
-    monkeypatch.setattr(data, "FASHION_MNIST_MIRRORS", (mirror.as_uri() + "/",))
+        files[key] = fashion_mnist.IdxFile(name, md5(gz), sha256(payload))
+    monkeypatch.setattr(fashion_mnist, "FILES", files)
+    monkeypatch.setattr(fashion_mnist, "SYSTEM_DIRS", ())
+    monkeypatch.setattr(fashion_mnist, "MIRRORS", (mirror.as_uri() + "/",))
     return arrays, mirror, tmp_path / "cache"
 
 
@@ -168,7 +168,7 @@ def test_fashion_mnist_corrupt_download_is_deleted(fake_fashion):
     (mirror / name).write_bytes(gzip.compress(idx_bytes(np.zeros((10, 28, 28), np.uint8))))
     with pytest.raises(ChecksumError, match="md5") as err:
         data.load_split("fashion-mnist", "test", root=cache)
-    assert data._FASHION_FILES[("test", "images")].gz_md5 in str(err.value)
+    assert fashion_mnist.FILES[("test", "images")].gz_md5 in str(err.value)
     assert not (cache / "fashion-mnist" / name).exists()
     assert not [p.name for p in (cache / "fashion-mnist").iterdir() if p.name.startswith(f".{name}")]
 
@@ -176,10 +176,10 @@ def test_fashion_mnist_corrupt_download_is_deleted(fake_fashion):
 def test_fashion_mnist_payload_mismatch_after_download_is_deleted(fake_fashion, monkeypatch):
     _, _, cache = fake_fashion
     key = ("test", "labels")
-    spec = data._FASHION_FILES[key]
-    patched = dict(data._FASHION_FILES)
-    patched[key] = data._IdxFile(spec.filename, spec.gz_md5, "f" * 64)  # gz fine, payload "wrong"
-    monkeypatch.setattr(data, "_FASHION_FILES", patched)
+    spec = fashion_mnist.FILES[key]
+    patched = dict(fashion_mnist.FILES)
+    patched[key] = fashion_mnist.IdxFile(spec.filename, spec.gz_md5, "f" * 64)  # gz fine, payload "wrong"
+    monkeypatch.setattr(fashion_mnist, "FILES", patched)
     with pytest.raises(ChecksumError, match="f" * 64):
         data.load_split("fashion-mnist", "test", root=cache)
     assert not (cache / "fashion-mnist" / spec.filename).exists()
@@ -194,7 +194,7 @@ def test_fashion_mnist_local_mismatch_names_file(fake_fashion):
     with pytest.raises(ChecksumError) as err:
         data.load_split("fashion-mnist", "test", root=cache, download=False)
     msg = str(err.value)
-    assert name in msg and data._FASHION_FILES[("test", "images")].sha256 in msg
+    assert name in msg and fashion_mnist.FILES[("test", "images")].sha256 in msg
 
 
 def test_fashion_mnist_missing_says_how_to_get_it(fake_fashion):
@@ -231,7 +231,7 @@ def test_cifar10_binary_archive_layout(tmp_path, monkeypatch):
     records = {}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in [*data.CIFAR10_MEMBERS["train"], *data.CIFAR10_MEMBERS["test"], "batches.meta.txt"]:
+        for name in [*cifar10.MEMBERS["train"], *cifar10.MEMBERS["test"], "batches.meta.txt"]:
             rec = rng.integers(0, 256, (3, 1 + 3072), dtype=np.uint8)
             rec[:, 0] = rng.integers(0, 10, 3)
             records[name] = rec
@@ -240,15 +240,15 @@ def test_cifar10_binary_archive_layout(tmp_path, monkeypatch):
             member.size = len(blob)
             tar.addfile(member, io.BytesIO(blob))
     archive = buf.getvalue()
-    mirror = tmp_path / "mirror" / data.CIFAR10_ARCHIVE
+    mirror = tmp_path / "mirror" / cifar10.ARCHIVE
     mirror.parent.mkdir()
     mirror.write_bytes(archive)
-    monkeypatch.setattr(data, "CIFAR10_MD5", md5(archive))
-    monkeypatch.setattr(data, "CIFAR10_URLS", (mirror.as_uri(),))
+    monkeypatch.setattr(cifar10, "MD5", md5(archive))
+    monkeypatch.setattr(cifar10, "URLS", (mirror.as_uri(),))
     cache = tmp_path / "cache"
 
     images, labels, info = data.load_split("cifar10", "test", root=cache)
-    assert (cache / "cifar10" / data.CIFAR10_ARCHIVE).is_file()
+    assert (cache / "cifar10" / cifar10.ARCHIVE).is_file()
     rec = records["test_batch.bin"]
     assert images.shape == (3, 3, 32, 32) and labels.tolist() == rec[:, 0].tolist()
     # oracle: byte 1 + c*1024 + y*32 + x of a record is pixel (c, y, x)
@@ -257,11 +257,11 @@ def test_cifar10_binary_archive_layout(tmp_path, monkeypatch):
             assert images[i, c, y, x].item() == rec[i, 1 + c * 1024 + y * 32 + x]
     train_x, train_y, _ = data.load_split("cifar10", "train", root=cache, download=False)
     assert train_x.shape == (15, 3, 32, 32)
-    expected = np.concatenate([records[n][:, 0] for n in data.CIFAR10_MEMBERS["train"]])
+    expected = np.concatenate([records[n][:, 0] for n in cifar10.MEMBERS["train"]])
     assert train_y.tolist() == expected.tolist()
     assert info.in_chans == 3 and info.class_names[0] == "airplane" and info.slug == "cifar10"
 
-    monkeypatch.setattr(data, "CIFAR10_MD5", "0" * 32)
+    monkeypatch.setattr(cifar10, "MD5", "0" * 32)
     with pytest.raises(ChecksumError, match="0" * 32):
         data.load_split("cifar10", "test", root=cache)
 
@@ -269,9 +269,9 @@ def test_cifar10_binary_archive_layout(tmp_path, monkeypatch):
 def test_cifar10_corrupt_download_deleted_and_missing_message(tmp_path, monkeypatch):
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(b"not an archive")
-    monkeypatch.setattr(data, "CIFAR10_URLS", (bad.as_uri(),))
+    monkeypatch.setattr(cifar10, "URLS", (bad.as_uri(),))
     cache = tmp_path / "cache"
-    with pytest.raises(ChecksumError, match=data.CIFAR10_MD5):
+    with pytest.raises(ChecksumError, match=cifar10.MD5):
         data.load_split("cifar10", "train", root=cache)
     assert not any((cache / "cifar10").iterdir())
     with pytest.raises(DataError, match="download=False"):
@@ -363,17 +363,17 @@ def test_imagefolder_cifar10_jpeg_zip_test_split(tmp_path):
     images, labels = file_order(images, labels)
     assert images.shape == (10000, 3, 32, 32) and images.dtype == torch.uint8
     assert labels.bincount().tolist() == [1000] * 10
-    assert info.slug == "imagefolder-cifar10-jpeg" and info.class_names == data.CIFAR10_CLASSES
+    assert info.slug == "imagefolder-cifar10-jpeg" and info.class_names == cifar10.CLASSES
     # oracle: direct PIL decode of members (sorted order: class folder, then file name)
     with zipfile.ZipFile(CIFAR10_JPEG_ZIP) as zf:
         names = sorted(n for n in zf.namelist() if n.startswith("test/") and n.endswith(".jpg"))
         for k in (0, 4321, 9999):
             with Image.open(io.BytesIO(zf.read(names[k]))) as im:
                 assert torch.equal(images[k], as_chw(np.asarray(im.convert("RGB"))))
-            assert labels[k].item() == data.CIFAR10_CLASSES.index(names[k].split("/")[1])
+            assert labels[k].item() == cifar10.CLASSES.index(names[k].split("/")[1])
     # statistics from the training images are close to canonical CIFAR-10's (JPEG shifts them slightly)
-    assert info.mean == pytest.approx(data.CIFAR10_MEAN, abs=5e-3)
-    assert info.std == pytest.approx(data.CIFAR10_STD, abs=5e-3)
+    assert info.mean == pytest.approx(cifar10.MEAN, abs=5e-3)
+    assert info.std == pytest.approx(cifar10.STD, abs=5e-3)
 
 
 # ------------------------------------------------------------------------------------------------- synthetic
@@ -415,7 +415,7 @@ def test_train_val_split_properties():
 def test_unknown_spec_and_split():
     with pytest.raises(ValueError, match="fashion-mnist") as err:
         data.load_split("mnist-ish", "train")
-    for spec in data.SPECS:
+    for spec in data.list_datasets():
         assert spec in str(err.value)
     with pytest.raises(ValueError, match="train"):
         data.load_split("synthetic", "validation")
@@ -474,3 +474,42 @@ def test_imagefolder_one_colour_image_makes_the_set_rgb(tmp_path):
     assert images[2, :, 0, 0].tolist() == [10, 20, 30]
     test_x, _, _ = data.load_split(f"imagefolder:{tree}", "test", root=tmp_path / "cache")
     assert test_x.shape == (1, 3, 8, 8)
+
+
+# ------------------------------------------------------------------------------------------------- registry
+def test_every_source_is_registered_with_its_aliases():
+    assert set(data.list_datasets()) == {
+        "fashion-mnist",
+        "cifar10",
+        "imagefolder:PATH",
+        "synthetic",
+        "synthetic-rgb",
+    }
+    for alias, name in [("fmnist", "fashion-mnist"), ("Fashion_MNIST", "fashion-mnist"),
+                        ("CIFAR-10", "cifar10"),
+                        ("synthetic-gray", "synthetic"), (" synthetic-rgb ", "synthetic-rgb")]:  # fmt: skip
+        assert data.dataset_info(alias).name == name
+    with pytest.raises(ValueError, match="needs a path"):
+        data.load_split("imagefolder:", "train")
+    with pytest.raises(ValueError, match="unknown data set"):
+        data.load_split("imagefolder", "train")  # a source with an argument needs NAME:ARG
+
+
+def test_a_new_source_is_one_registered_loader(tmp_path, monkeypatch):
+    """Registering a loader is all it takes: load_split, dataset_info and the listing find it."""
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    info = DatasetInfo("ones", "ones", 2, 1, 4, (1.0,), (0.0,), ("a", "b"))
+    seen = []
+
+    @data.register_dataset("ones", info=info, aliases=("all-ones",))
+    def load_ones(arg, split, cache, download):
+        seen.append((arg, split, cache, download))
+        return torch.full((3, 1, 4, 4), 255, dtype=torch.uint8), torch.tensor([0, 1, 0]), info
+
+    images, labels, got = data.load_split("ALL_ONES", "test", root=tmp_path, download=False)
+    assert got == info and images.shape == (3, 1, 4, 4) and labels.tolist() == [0, 1, 0]
+    assert seen == [("", "test", tmp_path, False)]
+    assert data.dataset_info("ones") == info and "ones" in data.list_datasets()
+    with pytest.raises(ValueError, match="already registered"):
+        data.register_dataset("fmnist", info=info)(load_ones)

@@ -1,10 +1,14 @@
-"""Each diagnostic fires on a model built to trigger it and stays quiet on an honest one.
+"""Each diagnostic fires on an input built to trigger it and stays quiet on an honest one.
 
-Models and data: tests/test_diagnostics_models.py (4-class quadrant images, 1x8x8).  Settings are tiny
-(few steps, few examples) because several developers share two CPU cores.
+Models, data and the per-check cases: tests/support/masking_models.py (4-class quadrant images, 1x8x8).
+Every registered check must have a case there (the parametrised test below), so registering a check is
+enough to get it tested. Settings are tiny (few steps, few examples) because the machine is shared.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -12,29 +16,34 @@ import pytest
 import torch
 from torch import nn
 
-from robustbench_wave.analysis.diagnostics import (
-    attack_status,
-    check_best_vs_last_iterate,
-    check_determinism,
-    check_eps_monotone,
-    check_gradient_health,
-    check_gradient_mode_gap,
-    check_iterative_beats_single_step,
-    check_whitebox_beats_blackbox,
+from robustbench_wave.analysis.checks import (
+    CheckInputs,
+    CheckResult,
+    RecordCheck,
+    default_checks,
+    get_check,
+    list_checks,
     loss_convergence,
-    robust_accuracy,
-    run_diagnostics,
+    register_check,
 )
+from robustbench_wave.analysis.checks import base as checks_base
+from robustbench_wave.analysis.checks.compare import mode_view
+from robustbench_wave.analysis.diagnostics import diagnostics_suite, run_diagnostics
+from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation.metrics import example_status
 from tests.support.masking_models import (
+    CHECK_CASES,
     Info,
-    NoisyQuadrant,
     QuadrantLinear,
     QuantizedQuadrant,
+    attack_rows,
+    clean_rows,
     masked_front_end_model,
     quadrant_data,
 )
 
-FAST = {"n": 16, "eps": 0.15, "steps": 4, "more": 2, "large_eps_steps": 5, "square_queries": 60}
+FAST_CHECKS = default_checks({"attack_convergence": {"more": 2}, "large_eps_to_chance": {"steps": 5}})
+FAST = {"n": 16, "eps": 0.15, "steps": 4, "square_queries": 60, "checks": FAST_CHECKS}
 
 
 def _by_name(report, mode: str | None = "exact"):
@@ -66,22 +75,93 @@ def front_end_report(data):
     return run_diagnostics(masked_front_end_model(), x, y, None, info=Info(), model_name="fe", **FAST)
 
 
+# ------------------------------------------------------------------------------------------ the registry
+@pytest.mark.parametrize("name", list_checks())
+def test_every_registered_check_fires_and_passes(name):
+    """Registering a check is not enough: it needs a planted case that fails and an honest one that passes."""
+    assert name in CHECK_CASES, f"add a firing and a passing case for {name!r} to masking_models.CHECK_CASES"
+    case = CHECK_CASES[name]
+    check = get_check(name)(**case.params)
+    fired = check.run(case.fire(), case.fire_mode)
+    honest = check.run(case.honest(), case.honest_mode)
+    assert isinstance(fired, CheckResult) and fired.name == name
+    assert fired.passed is False, fired
+    assert honest.passed is True, honest
+    assert fired.meaning != honest.meaning  # the text says what differs
+    assert (fired.grad_mode, honest.grad_mode) == (case.fire_mode, case.honest_mode)
+
+
+def test_no_case_without_a_check():
+    assert sorted(CHECK_CASES) == sorted(list_checks())
+
+
+def test_every_check_documents_itself():
+    for check in default_checks():
+        cls = type(check)
+        assert cls.__doc__ and cls.reads.value in ("records", "model"), cls
+        assert check.thresholds() == dataclasses.asdict(check)
+
+
+def test_registering_a_check_is_enough_to_run_it(data, monkeypatch):
+    """A new class with @register_check appears in run_diagnostics' report for every gradient mode."""
+    monkeypatch.setattr(checks_base, "_REGISTRY", dict(checks_base._REGISTRY))
+
+    @register_check
+    @dataclasses.dataclass(frozen=True)
+    class CleanRowsExist(RecordCheck):
+        """Records must hold clean rows (a toy check for this test)."""
+
+        name: ClassVar[str] = "clean_rows_exist"
+
+        def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+            n = int((records["kind"] == "clean").sum())
+            return CheckResult(self.name, n > 0, {"clean_rows": n}, "clean rows present", mode)
+
+    assert list_checks()[-1] == "clean_rows_exist"
+    x, y = data
+    report = run_diagnostics(
+        QuadrantLinear().eval(),
+        x,
+        y,
+        None,
+        info=Info(),
+        model_name="toy",
+        **{**FAST, "checks": None, "n": 8, "square_queries": 0},
+    )
+    toy = [c for c in report.checks if c.name == "clean_rows_exist"]
+    assert len(toy) == 1 and toy[0].passed is True
+    assert toy[0].numbers == {"source": "subset n=8", "clean_rows": 8}  # no benchmark records: subset
+
+
+def test_register_check_rejects_bad_classes(monkeypatch):
+    monkeypatch.setattr(checks_base, "_REGISTRY", dict(checks_base._REGISTRY))
+
+    @dataclasses.dataclass(frozen=True)
+    class NoDoc(RecordCheck):
+        name: ClassVar[str] = "no_doc"
+
+        def judge(self, records, mode):  # pragma: no cover - never run
+            raise NotImplementedError
+
+    with pytest.raises(ValueError, match="docstring"):
+        register_check(NoDoc)
+    taken = type("Taken", (NoDoc,), {"__doc__": "x", "name": "gradient_health"})
+    with pytest.raises(ValueError, match="already registered"):
+        register_check(taken)
+    with pytest.raises(ValueError, match="no checks named"):
+        default_checks({"no_such_check": {}})
+    with pytest.raises(ValueError, match="has no thresholds"):
+        default_checks({"gradient_health": {"no_such_field": 1}})
+
+
 # -------------------------------------------------------------------------------------- honest vs masked
 def test_honest_model_is_reliable(honest_report):
     checks = _by_name(honest_report)
     assert honest_report.status == "reliable", honest_report.table().to_string()
-    for name in (
-        "deterministic",
-        "iterative_beats_single_step",
-        "large_eps_to_chance",
-        "attack_convergence",
-        "whitebox_beats_blackbox",
-        "whitebox_beats_noise",
-        "gradient_health",
-        "gradient_mode_gap",
-        "best_vs_last_iterate",
-    ):
-        assert checks[name].passed is True, (name, checks[name])
+    for name in list_checks():
+        if name != "eps_monotone":  # one budget and no benchmark records: not measurable
+            assert checks[name].passed is True, (name, checks[name])
+    assert checks["eps_monotone"].passed is None
     assert checks["gradient_health"].numbers["zero_grad_share"] == 0.0
     assert checks["large_eps_to_chance"].numbers["accuracy"] <= 0.25
     assert honest_report.trusted_modes == ["exact"]
@@ -119,18 +199,12 @@ def test_gradient_modes_separate_masked_from_bpda(front_end_report):
     assert set(rep.histories) >= {"exact:base", "bpda:more_steps"}
 
 
-def test_randomized_model_triggers_determinism(data):
-    x, y = data
-    noisy = check_determinism(NoisyQuadrant().eval(), x, y)
-    assert noisy.passed is False and "EOT" in noisy.meaning
-    assert check_determinism(QuadrantLinear().eval(), x, y).passed is True
-
-
+# ------------------------------------------------------------------------------------- checks in detail
 def test_train_mode_dropout_is_evaluated_in_eval_mode(data):
     """Dropout is not randomness at test time: the check evaluates in eval mode and says it had to switch."""
     x, y = data
     model = nn.Sequential(nn.Dropout(0.5), QuadrantLinear()).train()
-    result = check_determinism(model, x, y)
+    result = get_check("deterministic")().run(CheckInputs(model=model, x=x, y=y), None)
     assert result.passed is True
     assert result.numbers["handed_over_in_train_mode"] is True
     assert model.training  # restored
@@ -148,119 +222,59 @@ class _NaNGradient(QuadrantLinear):
 
 def test_gradient_health_flags_probabilities_and_nan(data):
     x, y = data
-    probs = check_gradient_health(_Probabilities().eval(), x, y)
+    health = get_check("gradient_health")()
+    probs = health.run(CheckInputs(model=_Probabilities().eval(), x=x, y=y), "exact")
     assert probs.passed is False and probs.numbers["outputs_are_probabilities"] is True
-    nan = check_gradient_health(_NaNGradient().eval(), x, y)
+    nan = health.run(CheckInputs(model=_NaNGradient().eval(), x=x, y=y), "exact")
     assert nan.passed is False and nan.numbers["nan_grad_share"] == 1.0
-    assert check_gradient_health(QuadrantLinear().eval(), x, y).passed is True
 
 
-# ---------------------------------------------------------------------------------- record-based checks
-def _rows(attack: str, family: str, kind: str, eps: float, correct, attacked=None, mode="exact", last=None):
-    n = len(correct)
-    return pd.DataFrame(
-        {
-            "model": "m",
-            "dataset": "d",
-            "grad_mode": mode,
-            "attack": attack,
-            "family": family,
-            "kind": kind,
-            "threat": "none" if family == "clean" else "Linf",
-            "eps": eps,
-            "backend": "builtin",
-            "example_id": np.arange(n),
-            "label": 0,
-            "pred": 0,
-            "correct": np.asarray(correct, dtype=bool),
-            "norm": eps,
-            "attacked": np.ones(n, bool) if attacked is None else np.asarray(attacked, dtype=bool),
-            "correct_last": pd.array([None] * n if last is None else list(last), dtype="boolean"),
-            "loss_final": np.nan,
-        }
-    )
-
-
-def _clean(n: int = 10) -> pd.DataFrame:
-    return _rows("clean", "clean", "clean", 0.0, [True] * n)
-
-
-def test_eps_monotonicity_fires_on_rising_accuracy():
-    rising = pd.concat(
-        [
-            _clean(),
-            _rows("pgd", "pgd", "white-box", 0.1, [True] * 3 + [False] * 7),
-            _rows("pgd", "pgd", "white-box", 0.2, [True] * 6 + [False] * 4),
-        ]
-    )
-    result = check_eps_monotone(rising, "exact")
-    assert result.passed is False
-    assert result.numbers["max_rise"] == pytest.approx(0.3)
-    falling = pd.concat(
-        [
-            _clean(),
-            _rows("pgd", "pgd", "white-box", 0.1, [True] * 6 + [False] * 4),
-            _rows("pgd", "pgd", "white-box", 0.2, [True] * 3 + [False] * 7),
-        ]
-    )
-    assert check_eps_monotone(falling, "exact").passed is True
-
-
-def test_iterative_beats_single_step_per_example():
-    # FGSM breaks examples 0-1; PGD breaks 2-5 but misses 0-1: a per-example violation (2 of 10)
-    fgsm = _rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
-    pgd = _rows("pgd", "pgd", "white-box", 0.1, [True, True] + [False] * 4 + [True] * 4)
-    result = check_iterative_beats_single_step(pd.concat([_clean(), fgsm, pgd]), "exact", tol=0.02)
-    assert result.passed is False and result.numbers["Linf@0.1"] == "2/10"
-    pgd_ok = _rows("pgd", "pgd", "white-box", 0.1, [False] * 6 + [True] * 4)
-    assert check_iterative_beats_single_step(pd.concat([_clean(), fgsm, pgd_ok]), "exact").passed is True
+def test_record_check_numbers():
+    """The numbers behind the planted cases: violations / compared, the rise, the gap share."""
+    iterative = get_check("iterative_beats_single_step")()
+    fired = iterative.run(CHECK_CASES["iterative_beats_single_step"].fire(), "exact")
+    assert fired.numbers["Linf@0.1"] == "2/10" and fired.numbers["worst_share"] == pytest.approx(0.2)
+    assert fired.numbers["source"] == "records"
+    rise = get_check("eps_monotone")().run(CHECK_CASES["eps_monotone"].fire(), "exact")
+    assert rise.numbers["max_rise"] == pytest.approx(0.3)
+    gap = get_check("gradient_mode_gap")().run(CHECK_CASES["gradient_mode_gap"].fire(), "blocked")
+    assert gap.numbers["worst_gap_share"] == pytest.approx(0.7)
+    assert gap.numbers["Linf@0.1"] == "blocked 0.800 vs others 0.100, gap 7/10"  # BPDA holds only example 0
+    last = get_check("best_vs_last_iterate")().run(CHECK_CASES["best_vs_last_iterate"].honest(), "exact")
+    assert last.numbers["silent_successes"] == 3 and last.numbers["uncounted_last_iterate_successes"] == 0
 
 
 def test_skip_broken_records_are_not_misread():
     """With skip_broken and FGSM first, PGD never saw FGSM's successes: the check says 'not measurable'."""
-    fgsm = _rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
-    pgd = _rows(
-        "pgd", "pgd", "white-box", 0.1, [False, False] + [True] * 8, attacked=[False, False] + [True] * 8
-    )
-    records = pd.concat([_clean(), fgsm, pgd])
-    assert check_iterative_beats_single_step(records, "exact").passed is None
-    status = attack_status(pgd, "Linf", 0.1)
+    fgsm = attack_rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
+    skipped = [False, False] + [True] * 8
+    pgd = attack_rows("pgd", "pgd", "white-box", 0.1, skipped, attacked=skipped)
+    inputs = CheckInputs(records=pd.concat([clean_rows(), fgsm, pgd]))
+    assert get_check("iterative_beats_single_step")().run(inputs, "exact").passed is None
+    status = example_status(pgd, "Linf", 0.1)
     assert np.isnan(status[0]) and status[2] == 0.0
 
 
-def test_blackbox_and_mode_gap_from_records():
-    """Blocked gradients keep 80%; BPDA and Square break most of it: both record checks fire for 'blocked'."""
-    n = 10
-    clean = pd.concat([_clean(n).assign(grad_mode=m) for m in ("blocked", "bpda")])
-    blocked = _rows("pgd", "pgd", "white-box", 0.1, [True] * 8 + [False] * 2, mode="blocked")
-    bpda = _rows("pgd", "pgd", "white-box", 0.1, [True] * 1 + [False] * 9, mode="bpda")
-    square = pd.concat(
-        [
-            _rows("square", "square", "black-box", 0.1, [True] * 4 + [False] * 6, mode=m)
-            for m in ("blocked", "bpda")
-        ]
+def test_record_check_falls_back_to_the_subset():
+    """Undecidable benchmark records give way to the subset records, and the numbers say so."""
+    fgsm = attack_rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
+    skipped = [False, False] + [True] * 8
+    pgd = attack_rows("pgd", "pgd", "white-box", 0.1, skipped, attacked=skipped)
+    full = attack_rows("pgd", "pgd", "white-box", 0.1, [False] * 6 + [True] * 4)
+    inputs = CheckInputs(
+        records=pd.concat([clean_rows(), fgsm, pgd]), subset_records=pd.concat([clean_rows(), fgsm, full])
     )
-    records = pd.concat([clean, blocked, bpda, square])
-    gap = check_gradient_mode_gap(records, "blocked")
-    assert gap.passed is False and gap.numbers["worst_gap_share"] == pytest.approx(0.7)
-    assert check_gradient_mode_gap(records, "bpda").passed is True
-    assert check_whitebox_beats_blackbox(records, "blocked").passed is False
-    assert check_whitebox_beats_blackbox(records, "bpda").passed is True
-    assert robust_accuracy(pd.concat([clean[clean.grad_mode == "blocked"], blocked]), "Linf", 0.1)[0] == 0.8
+    result = get_check("iterative_beats_single_step")().run(inputs, "exact")
+    assert result.passed is True and result.numbers["source"] == "subset n=10"
 
 
-def test_best_vs_last_iterate():
-    # examples 0-2 were broken only at an intermediate iterate (silent successes) and are counted
-    good = _rows(
-        "pgd", "pgd", "white-box", 0.1, [False] * 5 + [True] * 5, last=[True] * 3 + [False] * 2 + [True] * 5
-    )
-    result = check_best_vs_last_iterate(pd.concat([_clean(), good]), "exact")
-    assert result.passed is True and result.numbers["silent_successes"] == 3
-    # example 9's last iterate was misclassified, yet the record says robust: a lost success
-    bad = _rows("pgd", "pgd", "white-box", 0.1, [False] * 5 + [True] * 5, last=[False] * 9 + [False])
-    assert check_best_vs_last_iterate(pd.concat([_clean(), bad]), "exact").passed is False
-    unknown = _rows("pgd", "pgd", "white-box", 0.1, [True] * 10)
-    assert check_best_vs_last_iterate(pd.concat([_clean(), unknown]), "exact").passed is None
+def test_mode_view_shares_mode_free_rows():
+    """Square stored once under 'exact' is seen by 'bpda' too; bpda's own white-box rows are not in 'exact'."""
+    square = attack_rows("square", "square", "black-box", 0.1, [True] * 10)
+    bpda = attack_rows("pgd", "pgd", "white-box", 0.1, [True] * 10, mode="bpda")
+    view = mode_view(pd.concat([clean_rows(), square, bpda]), "bpda")
+    assert set(view["attack"]) == {"clean", "square", "pgd"} and len(view) == 30
+    assert set(mode_view(pd.concat([clean_rows(), square, bpda]), "exact")["attack"]) == {"clean", "square"}
 
 
 def test_loss_convergence():
@@ -273,25 +287,55 @@ def test_loss_convergence():
     assert loss_convergence([0.1, float("nan"), 0.3, 0.4])["converged"] is False
 
 
-def test_run_diagnostics_uses_records_when_they_decide(data, honest_report):
-    """Records from the honest model's own subset run are accepted as benchmark records ('source=records')."""
+# ------------------------------------------------------------------------------------- the driver
+def test_subset_records_come_from_the_evaluation(honest_report):
+    """The subset ran the generated suite through evaluate(): every attack on every clean-correct point."""
+    sub = honest_report.subset_records
+    assert set(sub["attack"]) == {"clean", "noise_sign", "fgsm_linf", "pgd_linf", "square_linf"}
+    attacked = sub[sub["kind"] != "clean"]
+    assert set(attacked["eps"]) == {0.15}
+    clean_ok = sub[sub["kind"] == "clean"].set_index("example_id")["correct"]
+    for _, rows in attacked.groupby("attack"):
+        expected = clean_ok.reindex(rows["example_id"]).to_numpy(dtype=bool)
+        assert np.array_equal(rows["attacked"].to_numpy(dtype=bool), expected)
+    assert (attacked.loc[attacked["attacked"], "norm"] <= 0.15 + 1e-6).all()  # audited budgets
+    assert not sub["correct_last"].isna().all()  # the suite's PGD reports the last iterate
+
+
+def test_diagnostics_suite():
+    suite = diagnostics_suite([0.1, 0.2], steps=5, square_queries=0)
+    assert [a.family for a in suite.attacks] == ["clean", "noise", "fgsm", "pgd"]
+    pgd = suite.attacks[-1]
+    assert pgd.params["steps"] == 5 and pgd.params["rel_step_size"] == pytest.approx(0.5)
+    assert suite.threat_eps("Linf") == (0.1, 0.2)
+    with pytest.raises(ValueError, match="steps"):
+        diagnostics_suite(0.1, steps=0)
+
+
+def test_run_diagnostics_uses_records_when_they_decide(data):
+    """Benchmark records at two budgets decide the record checks; the reference eps is on their grid."""
     x, y = data
-    records = honest_report.subset_records
-    report = run_diagnostics(
-        QuadrantLinear().eval(),
+    model = QuadrantLinear().eval()
+    records = evaluate(
+        model,
         x,
         y,
-        records,
-        info=Info(),
+        diagnostics_suite([0.1, 0.2], steps=4, square_queries=0),
+        skip_broken=False,
         model_name="honest",
-        **{**FAST, "square_queries": 0},
+        progress=False,
+    ).records
+    report = run_diagnostics(
+        model, x, y, records, info=Info(), model_name="honest", **{**FAST, "eps": None, "square_queries": 0}
     )
+    assert report.settings["eps"] == 0.1  # lower middle of an even grid, never the off-grid median 0.15
     checks = _by_name(report)
-    assert checks["whitebox_beats_blackbox"].numbers["source"] == "records"
-    assert checks["iterative_beats_single_step"].passed is True
+    assert checks["iterative_beats_single_step"].numbers["source"] == "records"
+    assert checks["eps_monotone"].passed is True and checks["eps_monotone"].numbers["curves"] == 3
     table = report.table()
     assert list(table.columns) == ["model", "check", "grad_mode", "result", "passed", "numbers", "meaning"]
-    assert len(table) == len(report.checks) >= 10
+    assert len(table) == len(report.checks) == len(list_checks())
+    assert report.to_dict()["settings"]["thresholds"]["attack_convergence"]["more"] == 2
 
 
 def test_run_diagnostics_validates_inputs(data):
@@ -299,5 +343,5 @@ def test_run_diagnostics_validates_inputs(data):
     with pytest.raises(ValueError, match="num_classes"):
         run_diagnostics(QuadrantLinear(), x, y, None, info=object())
     with pytest.raises(ValueError, match="several models"):
-        two = pd.concat([_clean(), _clean().assign(model="other")])
+        two = pd.concat([clean_rows(), clean_rows().assign(model="other")])
         run_diagnostics(QuadrantLinear(), x, y, two, info=Info())

@@ -1,4 +1,5 @@
-"""Plots, the Markdown report (one run and several seeds) and ``finalize_run`` end to end on tiny models."""
+"""Plots, the Markdown report (one run and several seeds, library and CLI) and ``finalize_run`` end to end on
+tiny models whose behaviour is known (tests/support/masking_models)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from robustbench_wave.analysis.diagnostics import subset_records
+from robustbench_wave import report
+from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, parse_suite
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.reporting.markdown import REPORT_FILE, finalize_run, main, write_report
+from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation.metrics import summarize
+from robustbench_wave.evaluation.result import EvaluationResult
+from robustbench_wave.reporting.finalize import finalize_run
+from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.plots import accuracy_curves, plot_energy_removed, write_figures
+from robustbench_wave.reporting.runs import REPORT_FILE
 from tests.support.masking_models import (
     Info,
     QuadrantLinear,
@@ -22,6 +29,8 @@ from tests.support.masking_models import (
     quadrant_data,
     synthetic_records,
 )
+
+LOWFREQ = ("lowfreq_pgd_linf", LOWFREQ_FAMILY, AttackKind.WHITE_BOX.value)
 
 
 def _write_run(run_dir: Path, records: pd.DataFrame, **meta) -> Path:
@@ -33,9 +42,14 @@ def _write_run(run_dir: Path, records: pd.DataFrame, **meta) -> Path:
     return run_dir
 
 
-def _synthetic_run(run_dir: Path, blocked: int = 90) -> Path:
+def _synthetic_run(run_dir: Path, blocked: int = 90, lowfreq: int | None = None) -> Path:
+    """Wavelet (masking) and patch (honest) records at two budgets; ``lowfreq``: robust examples under the
+    low-frequency entry, a suite entry like any other (exact and bpda modes of the wavelet model)."""
+    spec = masking_spec(blocked=blocked)
+    if lowfreq is not None:
+        spec.update({(mode, *LOWFREQ): lowfreq for mode in ("exact", "bpda")})
     records = pd.concat(
-        [synthetic_records("wavelet", masking_spec(blocked=blocked), eps=e) for e in (0.05, 0.1)]
+        [synthetic_records("wavelet", spec, eps=e) for e in (0.05, 0.1)]
         + [synthetic_records("patch", baseline_spec(), eps=e) for e in (0.05, 0.1)],
         ignore_index=True,
     ).drop_duplicates(["model", "grad_mode", "attack", "eps", "example_id"])
@@ -46,8 +60,12 @@ def _links(text: str) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
 
 
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
 def test_report_for_one_run(tmp_path):
-    run = _synthetic_run(tmp_path / "run")
+    run = _synthetic_run(tmp_path / "run", lowfreq=2)
     path = write_report(run)
     assert path == run / REPORT_FILE
     text = path.read_text()
@@ -55,6 +73,7 @@ def test_report_for_one_run(tmp_path):
         "## Verdict on the claim",
         "## Robust accuracy",
         "## Diagnostics",
+        "## Adaptive attacks",
         "## Figures",
         "## Set-up and provenance",
         "## Reproduce",
@@ -62,12 +81,24 @@ def test_report_for_one_run(tmp_path):
         assert heading in text
     assert "Under blocked gradients **wavelet** keeps 90.0%" in text
     assert "| Linf | worst-case | 0.05 |" in text and "±" in text  # CI cells
+    # the low-frequency rows of the main records: 2% under it, 5% under exact-gradient PGD, 2% worst case
+    adaptive = _section(text, "Adaptive attacks")
+    assert "| wavelet | Linf | 0.05 | 2.0% | 5.0% | 2.0% |" in adaptive
+    assert "| patch |" not in adaptive  # no low-frequency rows: no numbers to show
+    assert "python -m robustbench_wave.report " + str(run) in text
     links = _links(text)
     assert any("accuracy_vs_eps_Linf.png" in link for link in links)
     for link in links:  # relative links that resolve on GitHub
         assert not Path(link).is_absolute() and (run / link).is_file()
     saved = json.loads((run / "verdict.json").read_text())
     assert saved["categories"] == {"wavelet@Linf": "gradient masking"}
+
+
+def test_report_without_lowfreq_rows_says_so(tmp_path):
+    text = write_report(_synthetic_run(tmp_path / "run"), figures=False).read_text()
+    assert "_no adaptive attacks in this run folder._" in _section(text, "Adaptive attacks")
+    assert "_no figures._" in _section(text, "Figures")
+    assert not (tmp_path / "run" / "figures").exists()
 
 
 def test_report_for_several_seeds(tmp_path):
@@ -77,18 +108,42 @@ def test_report_for_several_seeds(tmp_path):
     text = path.read_text()
     assert "90.0 ± 4.0%" in text and "3 training seeds" in text
     assert "mean ± sd of robust accuracy % over 3 runs" in text
+    assert "python -m robustbench_wave.report " + " ".join(str(r) for r in runs) in text
     for link in _links(text):
         assert (tmp_path / link).is_file()
-    assert main([str(r) for r in runs] + ["--out", str(tmp_path / "again.md"), "--no-figures"]) == 0
+
+
+def test_report_cli_combines_seeds_into_one_report(tmp_path, capsys):
+    runs = [_synthetic_run(tmp_path / f"seed-{i}", blocked=b) for i, b in enumerate((86, 90, 94))]
+    assert report.main([str(r) for r in runs] + ["--out", str(tmp_path / "again.md"), "--no-figures"]) == 0
     assert "## Verdict" in (tmp_path / "again.md").read_text()
+    assert f"wrote {tmp_path / 'again.md'}" in capsys.readouterr().out
+    assert not any((r / "table.txt").exists() for r in runs)  # several runs: only the combined report
+    out_dir = tmp_path / "headline"  # a folder: report.md, verdict.json and figures/ inside
+    assert report.main([str(r) for r in runs] + ["--out", str(out_dir), "--baseline", "patch"]) == 0
+    assert (out_dir / REPORT_FILE).is_file() and (out_dir / "figures" / "accuracy_vs_eps_Linf.png").is_file()
+    assert json.loads((out_dir / "verdict.json").read_text())["categories"] == {
+        "wavelet@Linf": "gradient masking"
+    }
+    with pytest.raises(SystemExit, match="no records"):
+        report.main([str(runs[0]), str(tmp_path / "missing")])
+
+
+def test_report_cli_help_explains_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("RUN", "--out", "--baseline", "--no-figures", "--quiet"):
+        assert flag in text
 
 
 def test_plots_are_written(tmp_path):
     records = pd.concat([synthetic_records("m", baseline_spec(), eps=e) for e in (0.05, 0.1)])
     records = records.drop_duplicates(["model", "grad_mode", "attack", "eps", "example_id"])
-    curves = accuracy_curves(records)
+    curves = accuracy_curves(summarize(records))
     at0 = curves[(curves["eps"] == 0.0)]
     assert at0["robust_accuracy"].tolist() == [1.0]  # eps = 0 is the clean accuracy
+    assert curves["robust_accuracy"].tolist() == [1.0, 0.04, 0.04]  # worst case: min(pgd 4, square 30)
     paths = write_figures(
         tmp_path, curves=curves, histories={"m": {"exact:base": [0.1, 0.5, 0.6]}}, chance=0.25
     )
@@ -99,59 +154,52 @@ def test_plots_are_written(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # atomic writes leave no temporaries
 
 
+def _finalize_suite():
+    """The attacks finalize_run's run folder is made of, the low-frequency entry among them."""
+    return parse_suite(
+        {
+            "name": "finalize-test",
+            "settings": {"rng_block": 8},
+            "eps": {"default": {"Linf": [0.15, 0.3]}},  # reference eps = 0.15
+            "attack": [
+                {"name": "clean", "family": "clean"},
+                {"name": "noise_sign", "family": "noise", "distribution": "sign", "threat": "Linf"},
+                {"name": "pgd_linf", "family": "pgd", "threat": "Linf", "steps": 5, "rel_step_size": 0.5},
+                {"name": "square", "family": "square", "threat": "Linf", "n_queries": 30},
+                {"name": LOWFREQ[0], "family": LOWFREQ[1], "threat": "Linf", "steps": 5, "level": 2},
+            ],
+        }
+    )
+
+
 def test_finalize_run_end_to_end(tmp_path):
     """Patch-like and wavelet models with identical forward passes: blocked gradients make the wavelet look
     robust, BPDA/exact/Square break it like the patch model -- the report says gradient masking."""
     x, y = quadrant_data(16)
     models = {"patch": QuadrantLinear().eval(), "wavelet": WaveletQuadrant().eval()}
-    frames = []
-    for name, model in models.items():
-        modes = ["exact"] if name == "patch" else ["exact", "blocked", "bpda"]
-        for eps in (0.15, 0.3):  # headline eps = 0.15
-            frames.append(
-                subset_records(
-                    model,
-                    x,
-                    y,
-                    model_name=name,
-                    dataset="synthetic",
-                    eps=eps,
-                    modes=modes,
-                    steps=5,
-                    square_queries=30,
-                )
-            )
-    records = pd.concat(frames, ignore_index=True).drop_duplicates(
-        ["model", "grad_mode", "attack", "eps", "example_id"]
-    )
-    run = _write_run(tmp_path / "run", records, models={"patch": {}, "wavelet": {}})
+    suite = _finalize_suite()
+    results = [
+        evaluate(model, x, y, suite, model_name=name, progress=False, dataset="synthetic")
+        for name, model in models.items()
+    ]
+    run = tmp_path / "run"
+    EvaluationResult.merge(results).save(run)
+    records_bytes = (run / rec.RECORDS_FILE).read_bytes()
     path = finalize_run(
-        run,
-        models,
-        x,
-        y,
-        Info(),
-        n_diagnostics=16,
-        diagnostics_steps=4,
-        square_queries=30,
-        lowfreq_steps=5,
-        energy_n=8,
+        run, models, x, y, Info(), n_diagnostics=16, diagnostics_steps=4, square_queries=30, energy_n=8
     )
+    assert (run / rec.RECORDS_FILE).read_bytes() == records_bytes  # finalize adds no records
+    assert not (run / "adaptive_records.csv.gz").exists()
+    energy = pd.read_csv(run / "energy.csv")
+    assert set(energy["model"]) == {"wavelet"} and len(energy.query("perturbation == 'pgd'")) == 8
+    assert set(energy["eps"]) == {0.15}  # the reference eps, on the grid
     text = path.read_text()
-    assert (run / "adaptive_records.csv.gz").is_file() and (run / "energy.csv").is_file()
-    adaptive = rec.read_records(run / "adaptive_records.csv.gz")
-    assert set(adaptive["attack"]) == {"lowfreq_pgd_linf"}
-    assert set(adaptive.loc[adaptive["model"] == "wavelet", "grad_mode"]) == {"exact", "bpda"}
-    # skip_broken bookkeeping: points PGD already broke at a budget are not attacked again
-    pgd = records[(records["model"] == "patch") & (records["attack"] == "pgd_linf") & (records["eps"] == 0.3)]
-    low = adaptive[(adaptive["model"] == "patch") & (adaptive["eps"] == 0.3)].set_index("example_id")
-    broken = pgd.loc[pgd["attacked"] & ~pgd["correct"], "example_id"]
-    assert len(broken) > 0 and not low.loc[broken, "attacked"].any()
-    assert "lowfreq_pgd_linf" in text  # joined the comparison table
+    assert LOWFREQ[0] in _section(text, "Robust accuracy")
+    assert "Low-frequency PGD" in _section(text, "Adaptive attacks")
     diag = json.loads((run / "diagnostics.json").read_text())
     status = {d["model"]: d for d in diag["models"]}
     assert status["patch"]["status"] == "reliable"
-    assert "gradient_health[blocked]" in status["wavelet"]["status"]
+    assert "blocked" in status["wavelet"]["status"]
     assert status["wavelet"]["trusted_modes"] == ["bpda", "exact"]
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["categories"]["wavelet@Linf"] == "gradient masking"
@@ -161,20 +209,11 @@ def test_finalize_run_end_to_end(tmp_path):
 
 
 def test_finalize_run_rejects_misaligned_images(tmp_path):
-    x, y = quadrant_data(8)
-    records = subset_records(
-        QuadrantLinear().eval(),
-        x,
-        y,
-        model_name="patch",
-        dataset="s",
-        eps=0.1,
-        modes=["exact"],
-        steps=2,
-        square_queries=0,
-    )
-    run = _write_run(tmp_path / "run", records)
+    x, y = quadrant_data(100)  # the labels synthetic_records gives its 100 examples
+    run = _write_run(tmp_path / "run", synthetic_records("patch", baseline_spec()))
     with pytest.raises(ValueError, match="labels disagree"):
         finalize_run(run, {"patch": QuadrantLinear()}, x, (y + 1) % 4, Info())
+    with pytest.raises(ValueError, match="not among the given images"):
+        finalize_run(run, {"patch": QuadrantLinear()}, x[:50], y[:50], Info())
     with pytest.raises(ValueError, match="no records"):
         finalize_run(run, {"other": QuadrantLinear()}, x, y, Info())

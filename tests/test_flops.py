@@ -1,4 +1,4 @@
-"""Analytic ViT MACs (seed formulas) against a hand-computed case and a brute-force count with
+"""Analytic ViT MACs (the source papers' formulas) against a hand-computed case and a brute-force count with
 ``torch.utils.flop_counter.FlopCounterMode`` on plain and token-pooled tiny ViTs."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ T, H, M, P, C, CLASSES = 65, 32, 4, 4, 3, 10  # tokens (64 patches + CLS), width
 
 
 class WideAttention(Attention):
-    """Attention width d_model = 48 != token width H = 32 (the seed's H != d_model trade-off)."""
+    """Attention width d_model = 48 != token width H = 32 (the source paper's H != d_model trade-off)."""
 
     def __init__(self, dim: int, **kwargs) -> None:
         super().__init__(dim, attn_head_dim=24, **kwargs)
@@ -38,7 +38,7 @@ def brute_force_macs(vit: VisionTransformer) -> int:
     return counter.get_total_flops() // 2
 
 
-def test_plain_vit_matches_hand_computed_seed_formulas():
+def test_plain_vit_matches_hand_computed_paper_formulas():
     report = vit_flops(tiny_vit(), 32, in_chans=C)
     attention = 2 * T**2 * H + 4 * T * H**2  # seed: 2T²H + 4TH² per block
     mlp = 2 * M * T * H**2  # seed: 2mTH²

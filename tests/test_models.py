@@ -8,13 +8,18 @@ import torch
 from timm.layers import PatchEmbed
 
 from robustbench_wave.data import DatasetInfo
+from robustbench_wave.models import tokenizers
 from robustbench_wave.models.frontend import grad_mode, has_fixed_front_end
 from robustbench_wave.models.tokenizers import (
     OverlapPatchEmbed,
+    TokenWidthRule,
     WaveletEmbed,
+    get_tokenizer,
+    list_tokenizers,
     proportional_token_widths,
+    register_tokenizer,
     resolve_token_widths,
-    seed_token_widths,
+    source_paper_token_widths,
 )
 from robustbench_wave.models.vit import build_model, describe, rbw_vit
 from robustbench_wave.models.zoo import list_zoo, load_spec
@@ -51,7 +56,12 @@ def test_overlapping_patches_keep_token_count_and_see_neighbours():
 
 
 def test_token_width_rules():
-    assert seed_token_widths([12, 36, 144], 0.25) == [12, 36, 36]  # H_k = C_k for the two coarsest levels
+    assert source_paper_token_widths([12, 36, 144], 0.25) == [12, 36, 36]  # H_k = C_k for the two coarsest
+    # the stored config value "seed" names the source paper's rule
+    assert resolve_token_widths(TokenWidthRule.SOURCE_PAPER.value, [12, 36, 144], 64, 0.25) == [12, 36, 36]
+    assert resolve_token_widths("proportional", [4, 12], 64, 0.5) == [16, 48]
+    with pytest.raises(ValueError, match="'proportional' or 'seed'"):
+        resolve_token_widths("paper", [4, 12], 64, 0.5)
     widths = proportional_token_widths([4, 12], 64)
     assert widths == [16, 48] and sum(widths) == 64
     assert sum(proportional_token_widths([12, 36, 144, 192], 100)) == 100
@@ -146,3 +156,33 @@ def test_wrong_image_size_raises_value_error():
 def test_unknown_model_lists_the_zoo():
     with pytest.raises(ValueError, match=r"unknown model 'nope'.*wavelet"):
         load_spec("nope")
+
+
+def test_tokenizer_registry_drives_zoo_validation_and_model_assembly(tmp_path, monkeypatch):
+    """Adding a tokenizer is one class plus its registration: the zoo accepts it and build_model uses it."""
+    assert list_tokenizers() == ["patch", "wavelet"]
+    assert get_tokenizer("wavelet").normalize_input is False and get_tokenizer("patch").normalize_input
+    assert (
+        get_tokenizer("wavelet").token_size({"levels": 3}) == 8 and get_tokenizer("patch").token_size({}) == 4
+    )
+    with pytest.raises(ValueError, match="unknown tokenizer 'pixel'"):
+        get_tokenizer("pixel")
+    monkeypatch.setattr(tokenizers, "TOKENIZERS", dict(tokenizers.TOKENIZERS))
+
+    @register_tokenizer("pixel-patch", token_size=lambda args: 2)
+    class PixelPatch(PatchEmbed):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **{**kwargs, "patch_size": 2})
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_tokenizer("pixel-patch", token_size=lambda args: 2)(PixelPatch)
+    spec_file = tmp_path / "pixel.toml"
+    spec_file.write_text('tokenizer = "pixel-patch"\nbody = "tiny"\n')
+    spec = load_spec(spec_file)  # bodies come from the repository's models/bodies.toml
+    model = build_model(spec, _info())
+    assert isinstance(model.body.patch_embed, PixelPatch) and describe(model)["tokens"] == 256
+    assert model(torch.rand(2, 1, 32, 32)).shape == (2, 10)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('tokenizer = "nope"\n')
+    with pytest.raises(ValueError, match="'tokenizer' must be one of"):
+        load_spec(bad)

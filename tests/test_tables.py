@@ -1,5 +1,5 @@
-"""Tables from records: hand-computed worst cases, Wilson intervals, LaTeX/CSV output, and the report CLI
-rebuilding identical tables from saved records."""
+"""Tables from records: hand-computed worst cases, Wilson intervals, mean ± sd over seeds, LaTeX/CSV/Markdown
+output, and the report CLI rebuilding identical tables from saved records."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from robustbench_wave import report
-from robustbench_wave.evaluation.evaluate import EvaluationResult, evaluate
-from robustbench_wave.evaluation.metrics import WORST, example_flags, wilson_interval
+from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation.metrics import WORST, example_flags, summarize, wilson_interval
 from robustbench_wave.evaluation.records import make_frame, read_records, write_records
+from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.reporting import tables
 from tests.support.attack_models import labelled, small_cnn, teacher, tiny_suite, toy_data
 
@@ -70,7 +71,7 @@ def test_wilson_interval_matches_hand_computed_values() -> None:
 
 
 def test_worst_case_columns_and_rows_match_a_hand_computation() -> None:
-    s = tables.summarize(_hand_records())
+    s = summarize(_hand_records())
 
     def acc(mode: str, attack: str, threat: str, eps: float) -> float:
         row = s[
@@ -103,7 +104,7 @@ def test_worst_case_columns_and_rows_match_a_hand_computation() -> None:
 def test_duplicate_records_are_rejected() -> None:
     r = _hand_records()
     with pytest.raises(ValueError, match="duplicate"):
-        tables.summarize(pd.concat([r, r.iloc[:1]]))
+        summarize(pd.concat([r, r.iloc[:1]]))
 
 
 def test_formats_latex_and_terminal() -> None:
@@ -115,7 +116,7 @@ def test_formats_latex_and_terminal() -> None:
         "1/255",
         "0",
     ]
-    s = tables.summarize(_hand_records().replace({"attack": {"A": "pgd_linf"}}))
+    s = summarize(_hand_records().replace({"attack": {"A": "pgd_linf"}}))
     latex = tables.to_latex(s, caption="Robust accuracy (n = 4)")
     for token in (
         r"\toprule",
@@ -131,6 +132,35 @@ def test_formats_latex_and_terminal() -> None:
     cell = tables.formatted_table(s).loc[("m", "exact"), ("none", "clean", "0")]
     lo, hi = wilson_interval(3, 4)
     assert cell == f"75.0 ± {100 * (hi - lo) / 2:.1f}"
+
+
+def test_seed_summary_is_mean_and_sd_over_runs() -> None:
+    base = summarize(_hand_records())
+    runs = [base.assign(robust_accuracy=base["robust_accuracy"] + d) for d in (-0.04, 0.0, 0.04)]
+    s = tables.seed_summary(runs)
+    assert len(s) == len(base) and set(s["runs"]) == {3}
+    pd.testing.assert_series_equal(s["robust_accuracy"], base["robust_accuracy"], check_names=False)
+    assert s["sd"].to_numpy() == pytest.approx(0.04)  # sample sd of (-0.04, 0, 0.04)
+    assert (s["ci_low"] >= 0).all() and (s["ci_high"] <= 1).all()
+    row = s[(s["grad_mode"] == "exact") & (s["attack"] == "clean")].iloc[0]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.71, 0.79))
+    cell = tables.formatted_table(s).loc[("m", "exact"), ("none", "clean", "0")]
+    assert cell == "75.0 ± 4.0"
+    single = tables.formatted_table(tables.seed_summary(runs[:1]))  # one run: no spread to show
+    assert single.loc[("m", "exact"), ("none", "clean", "0")] == "71.0"
+
+
+def test_markdown_table_and_reading_layout() -> None:
+    df = pd.DataFrame({"a": ["x|y", "z"], "b": [0.123456, float("nan")]})
+    assert tables.markdown_table(df).splitlines() == [
+        "| a | b |",
+        "|---|---|",
+        "| x\\|y | 0.1235 |",
+        "| z |  |",
+    ]
+    by = tables.by_column(tables.formatted_table(summarize(_hand_records())))
+    assert list(by.columns) == ["m/exact", "m/blocked", "m/worst"]
+    assert by.index[0] == ("", "clean", "") and by.index[1] == ("Linf", "A", "0.1")
 
 
 def test_records_round_trip_through_csv_gz(tmp_path) -> None:
@@ -156,16 +186,25 @@ def test_report_cli_rebuilds_identical_tables_from_records(tmp_path, capsys) -> 
         model, x, y, tiny_suite(), progress=False, cross_check=True, model_name="cnn", surrogate=teacher()
     )
     run = EvaluationResult.merge([run])
-    paths = run.save(tmp_path)
+    run.save(tmp_path)
+    tables.write_tables(run.records, tmp_path, meta=run.meta, cross=run.crosscheck_records)
     names = ["summary.csv", "table.csv", "table.tex", "table_worst.tex", "table.txt", "crosscheck.csv"]
     original = {n: (tmp_path / n).read_bytes() for n in names}
     for n in names:
         (tmp_path / n).unlink()
-    assert report.main([str(tmp_path)]) == 0
+    assert report.main([str(tmp_path), "--no-figures"]) == 0
     assert {n: (tmp_path / n).read_bytes() for n in names} == original
-    assert "cnn/exact" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cnn/exact" in out and f"wrote {tmp_path / 'summary.csv'}" in out
+    assert "## Robust accuracy" in (tmp_path / "report.md").read_text()  # one run: tables and its report
+    assert not (tmp_path / "figures").exists()
+    elsewhere = tmp_path / "elsewhere"
+    assert report.main([str(tmp_path), "--out", str(elsewhere), "--quiet", "--no-figures"]) == 0
+    assert "cnn/exact" not in capsys.readouterr().out  # --quiet: paths only
+    assert (elsewhere / "table.txt").read_bytes() == original["table.txt"]
+    assert (elsewhere / "report.md").is_file() and (elsewhere / "verdict.json").is_file()
     # the rebuilt summary matches the in-memory one numerically
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "summary.csv"), pd.read_csv(paths["summary"]))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "summary.csv"), run.summary(), check_dtype=False)
     loaded = EvaluationResult.load(tmp_path)
     pd.testing.assert_frame_equal(loaded.records, run.records)
     with pytest.raises(SystemExit, match="no records"):

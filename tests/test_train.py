@@ -1,4 +1,5 @@
-"""`python -m robustbench_wave.train`: outputs, resume after a kill, bad input, checkpoint integrity."""
+"""`python -m robustbench_wave.train` and the training runner: outputs, resume after a kill, bad input,
+checkpoint integrity."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from safetensors.torch import load_file
 
 from robustbench_wave import train
 from robustbench_wave.data import load_split, to_float
+from robustbench_wave.models.vit import build_model
 from robustbench_wave.training import checkpoint as ckpt
-from robustbench_wave.training import engine
+from robustbench_wave.training import engine, runner
 
 ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--test-subset", "128", "--batch-size", "32",
         "--epochs", "2", "--no-progress"]  # fmt: skip
@@ -61,12 +63,12 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
             raise KeyboardInterrupt  # as if the process were killed mid-epoch
         return real_epoch(*args, **kwargs)
 
-    monkeypatch.setattr(train, "train_one_epoch", killed_in_second_epoch)
+    monkeypatch.setattr(runner, "train_one_epoch", killed_in_second_epoch)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "killed", "--model", "wavelet")
     directory = ckpt.run_dir(tmp_path / "killed", "synthetic", "wavelet", 0)
     assert json.loads((directory / "resume.json").read_text())["epoch"] == 1
-    monkeypatch.setattr(train, "train_one_epoch", real_epoch)
+    monkeypatch.setattr(runner, "train_one_epoch", real_epoch)
     _run(tmp_path / "killed", "--model", "wavelet")
     resumed = load_file(str(directory / "model.safetensors"))
     for key, value in reference.items():
@@ -95,9 +97,9 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
         ckpt.load_trained("patch", "synthetic", tmp_path)
     weights.write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="corrupt"):
-        ckpt.load_weights(weights, train.build_model("patch", load_split("synthetic", "test")[2]))
+        ckpt.load_weights(weights, build_model("patch", load_split("synthetic", "test")[2]))
     _run(tmp_path, "--model", "patch", "--fresh")
-    wavelet = train.build_model("wavelet", load_split("synthetic", "test")[2])
+    wavelet = build_model("wavelet", load_split("synthetic", "test")[2])
     with pytest.raises(ValueError, match="does not fit this model"):
         ckpt.load_weights(weights, wavelet)
 
@@ -132,3 +134,28 @@ def test_help_explains_every_flag(capsys):
         "--fresh",
     ):
         assert flag in text
+
+
+def test_library_runner_trains_the_same_weights_as_the_cli(tmp_path):
+    """train_model with an explicit TrainConfig (no argparse) is what the CLI runs: same bytes on disk."""
+    _run(tmp_path / "cli", "--model", "patch")
+    config = runner.TrainConfig(
+        out=tmp_path / "lib",
+        recipe=engine.Recipe(epochs=2, batch_size=32),
+        dataset="synthetic",
+        train_subset=320,
+        test_subset=128,
+        progress=False,
+    )
+    data = runner.load_training_data("synthetic", 0, val_fraction=0.1, train_subset=320, test_subset=128)
+    assert len(data.train_labels) + len(data.val_labels) == 320 and len(data.test_labels) == 128
+    row = runner.train_model("patch", data, config, 0, torch.device("cpu"))
+    assert set(row) == set(runner.SUMMARY_COLUMNS) and row["epochs"] == 2
+    weights = [
+        ckpt.run_dir(root, "synthetic", "patch", 0) / "model.safetensors"
+        for root in (tmp_path / "cli", tmp_path / "lib")
+    ]
+    assert weights[0].read_bytes() == weights[1].read_bytes()
+    assert (
+        runner.train_model("patch", data, config, 0, torch.device("cpu")) == row
+    )  # a finished run is reused

@@ -84,7 +84,7 @@ def test_block_sizes_follow_spec_formulas(in_chans, levels, expected):
     assert sum(sizes) == (4**levels if in_chans == 1 else 6 * 4 ** (levels - 1))
 
 
-def test_seed_example_128px_colour_two_levels():
+def test_source_paper_example_128px_colour_two_levels():
     front = WaveletFrontEnd(128, 3, levels=2, zero_fraction=0.0)
     w = front.pixel_embedding(torch.rand(1, 3, 128, 128))
     assert w.shape == (1, 32 * 32, 24)

@@ -3,7 +3,8 @@
 The source paper (Zhu & Soricut 2024) argues that sparsification zeroes the small, high-frequency coefficients
 a white-noise perturbation lands in. :func:`energy_removed` measures the share of a perturbation's energy in
 coefficient space that sparsification throws away, for random noise and for adversarial perturbations
-(exact-gradient PGD and the low-frequency PGD of :mod:`robustbench_wave.attacks.lowfreq`) of the same budget.
+(exact-gradient PGD and the low-frequency PGD, both on the one PGD engine of :mod:`robustbench_wave.attacks`)
+of the same budget; every random draw follows the attacks' per-example seeding rule.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ import pandas as pd
 import torch
 from torch import nn
 
-from robustbench_wave.attacks.lowfreq import (
-    _per_example_noise,
+from robustbench_wave.attacks import (
+    PGD,
+    GradSafe,
+    LowFreqPGD,
     as_float_images,
-    check_norm,
-    eval_mode,
+    attack_mode,
+    example_generators,
     find_wavelet_front_end,
-    lowfreq_pgd,
     mode_context,
     model_device,
-    projected_gradient_attack,
-    wavelet_level,
+    model_wavelet,
+    noise_sample,
+    per_example,
+    resolve_level,
 )
+
+ADVERSARIAL = ("pgd", "lowfreq_pgd")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -69,6 +75,84 @@ def sparsification_energy(model: nn.Module, x: torch.Tensor, x_pert: torch.Tenso
     return {"energy_removed": removed, "transmitted": transmitted}
 
 
+def _adversarial(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    eps: float,
+    norm: str,
+    steps: int,
+    seed: int,
+    level: int,
+) -> dict[str, torch.Tensor]:
+    """PGD and the low-frequency PGD on the one engine, seeded per example like the suite (the engine rejects
+    a norm other than Linf / L2)."""
+    settings = {"eps": eps, "norm": norm, "steps": steps, "step_size": 2.5 * eps / steps, "seed": seed}
+    wrapped = GradSafe(model)
+    low = LowFreqPGD(**settings, stream="energy_lowfreq_pgd", level=level, wavelet=model_wavelet(model))
+    return {
+        "pgd": PGD(**settings, stream="energy_pgd").run(wrapped, x, y, ids).x_adv,
+        "lowfreq_pgd": low.run(wrapped, x, y, ids).x_adv,
+    }
+
+
+def _noise(
+    x: torch.Tensor, ids: torch.Tensor, d_pgd: torch.Tensor, *, eps: float, norm: str, seed: int
+) -> dict[str, torch.Tensor]:
+    """Random perturbations at the same budget (the suite's noise distributions and seeding rule), plus a
+    Gaussian rescaled to each example's PGD perturbation norm (same energy)."""
+
+    def gens(stream: str) -> list[torch.Generator]:
+        return example_generators(seed, f"energy_{stream}", ids, 0)
+
+    out: dict[str, torch.Tensor] = {}
+    if norm == "Linf":
+        out["random_sign"] = noise_sample("sign", x, eps, gens("random_sign"))
+        out["uniform"] = noise_sample("uniform", x, eps, gens("uniform"))
+    else:
+        out["gaussian"] = noise_sample("gaussian", x, eps, gens("gaussian"))
+    shape = tuple(x.shape[1:])
+    matched = per_example(lambda g: torch.randn(shape, generator=g), gens("gaussian_matched"), x.device)
+    target = d_pgd.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+    matched = matched / matched.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1) * target
+    out["gaussian_matched"] = (x + matched).clamp(0, 1)
+    return out
+
+
+def _rows(
+    model: nn.Module,
+    x: torch.Tensor,
+    x_pert: torch.Tensor,
+    name: str,
+    *,
+    model_name: str,
+    ids: torch.Tensor,
+    clean_correct: torch.Tensor,
+    norm: str,
+    eps: float,
+) -> pd.DataFrame:
+    """One row per example for perturbation ``name``: removed / transmitted energy and the norms."""
+    energy = sparsification_energy(model, x, x_pert)
+    d = (x_pert - x).flatten(1)
+    return pd.DataFrame(
+        {
+            "model": model_name,
+            "perturbation": name,
+            "adversarial": name in ADVERSARIAL,
+            "threat": norm,
+            "eps": float(eps),
+            "example_id": ids.numpy(),
+            "energy_removed": energy["energy_removed"].cpu().numpy(),
+            "transmitted": energy["transmitted"].cpu().numpy(),
+            "norm_l2": d.norm(dim=1).cpu().numpy(),
+            "norm_linf": d.abs().amax(1).cpu().numpy(),
+            "clean_correct": clean_correct.cpu().numpy(),
+        }
+    )
+
+
 def energy_removed(
     model: nn.Module,
     images: torch.Tensor,
@@ -80,73 +164,54 @@ def energy_removed(
     steps: int = 20,
     seed: int = 0,
     level: int | None = None,
-    attack_mode: str = "exact",
+    mode: str = "exact",
     example_ids: Sequence[int] | None = None,
 ) -> pd.DataFrame:
     """Energy removed by sparsification for random noise vs adversarial perturbations of the same norm.
 
     Perturbations (one row each per example): ``random_sign`` / ``uniform`` (same Linf eps, or for L2
     ``gaussian`` at eps), ``gaussian_matched`` (Gaussian rescaled to the L2 norm of that example's PGD
-    perturbation: same energy), ``pgd`` (exact-gradient PGD, the honest attacker) and ``lowfreq_pgd``
-    (the adaptive attack).  Returns a long DataFrame: model, perturbation, threat, eps, example_id,
-    energy_removed, transmitted, norm_l2, norm_linf, clean_correct.
+    perturbation: same energy), ``pgd`` (PGD under gradient mode ``mode``, exact by default: the honest
+    attacker) and ``lowfreq_pgd`` (the adaptive attack; ``level`` defaults to the front-end's levels).
+    Returns a long DataFrame: model, perturbation, adversarial, threat, eps, example_id, energy_removed,
+    transmitted, norm_l2, norm_linf, clean_correct.
     """
-    check_norm(norm)
+    if find_wavelet_front_end(model) is None:
+        raise ValueError(f"{model_name}: no wavelet front-end, so there is no sparsification to measure")
     dev = model_device(model)
     x = as_float_images(images).to(dev)
     y = labels.long().to(dev)
-    ids = list(range(len(x))) if example_ids is None else [int(i) for i in example_ids]
-    if find_wavelet_front_end(model) is None:
-        raise ValueError(f"{model_name}: no wavelet front-end, so there is no sparsification to measure")
-    level = wavelet_level(model) if level is None else level
-    perturbed: dict[str, torch.Tensor] = {}
-    with eval_mode(model):
+    ids = torch.arange(len(x)) if example_ids is None else torch.as_tensor([int(i) for i in example_ids])
+    with attack_mode(model):
         with torch.no_grad():
             clean_correct = model(x).argmax(1) == y
-        with mode_context(model, attack_mode):
-            pgd = projected_gradient_attack(
-                model, x, y, eps=eps, norm=norm, steps=steps, seed=seed, example_ids=ids
+        with mode_context(model, mode):
+            adv = _adversarial(
+                model,
+                x,
+                y,
+                ids,
+                eps=eps,
+                norm=norm,
+                steps=steps,
+                seed=seed,
+                level=resolve_level(model, "auto" if level is None else level),
             )
-            low = lowfreq_pgd(
-                model, x, y, eps=eps, norm=norm, level=level, steps=steps, seed=seed, example_ids=ids
+        perturbed = {**_noise(x, ids, adv["pgd"] - x, eps=eps, norm=norm, seed=seed), **adv}
+        frames = [
+            _rows(
+                model,
+                x,
+                x_pert,
+                name,
+                model_name=model_name,
+                ids=ids,
+                clean_correct=clean_correct,
+                norm=norm,
+                eps=eps,
             )
-        d_pgd = pgd["x_adv"] - x
-        if norm == "Linf":
-            sign = _per_example_noise(x.shape[1:], ids, seed + 7, 0, "uniform").to(x).sign()
-            perturbed["random_sign"] = (x + eps * sign).clamp(0, 1)
-            unif = _per_example_noise(x.shape[1:], ids, seed + 11, 0, "uniform").to(x)
-            perturbed["uniform"] = (x + eps * unif).clamp(0, 1)
-        else:
-            gauss = _per_example_noise(x.shape[1:], ids, seed + 13, 0, "normal").to(x)
-            gauss = gauss / gauss.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1) * eps
-            perturbed["gaussian"] = (x + gauss).clamp(0, 1)
-        matched = _per_example_noise(x.shape[1:], ids, seed + 17, 0, "normal").to(x)
-        target = d_pgd.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
-        matched = matched / matched.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1) * target
-        perturbed["gaussian_matched"] = (x + matched).clamp(0, 1)
-        perturbed["pgd"] = pgd["x_adv"]
-        perturbed["lowfreq_pgd"] = low["x_adv"]
-        frames = []
-        for name, x_pert in perturbed.items():
-            energy = sparsification_energy(model, x, x_pert)
-            d = x_pert - x
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "model": model_name,
-                        "perturbation": name,
-                        "adversarial": name in ("pgd", "lowfreq_pgd"),
-                        "threat": norm,
-                        "eps": float(eps),
-                        "example_id": ids,
-                        "energy_removed": energy["energy_removed"].cpu().numpy(),
-                        "transmitted": energy["transmitted"].cpu().numpy(),
-                        "norm_l2": d.flatten(1).norm(dim=1).cpu().numpy(),
-                        "norm_linf": d.flatten(1).abs().amax(1).cpu().numpy(),
-                        "clean_correct": clean_correct.cpu().numpy(),
-                    }
-                )
-            )
+            for name, x_pert in perturbed.items()
+        ]
     return pd.concat(frames, ignore_index=True)
 
 

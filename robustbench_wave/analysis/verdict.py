@@ -1,12 +1,14 @@
 """The verdict on the wavelet tokenizer's claim ("naturally resistant to adversarial attacks"), from numbers.
 
-The seed paper (Zhu & Soricut 2024) argues that fixed kernels leave "no gradient" to attack.  A model's
+The source paper (Zhu & Soricut 2024) argues that fixed kernels leave "no gradient" to attack. A model's
 robustness supports that claim only if it survives attacks that do differentiate the front-end (exact
 autograd, BPDA; Athalye et al. 2018), gradient-free attacks (Square) and transfer -- the per-example worst
 case over all of them (Croce & Hein 2020) -- and exceeds that of a patch-tokenizer baseline evaluated the
 same way (Carlini et al. 2019).
 
-Everything here is computed from per-example records; model *names* are only labels in the text.  A model's
+Everything here is computed from per-example records in three layers: :func:`claim_numbers` (accuracies
+from :mod:`robustbench_wave.evaluation.metrics`), :func:`categorize` (a category from those numbers) and
+the prose, which only renders numbers and categories. Model *names* are only labels in the text. A model's
 role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
 candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
@@ -22,8 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustbench_wave.analysis.diagnostics import clean_correct, robust_accuracy, threat_eps
-from robustbench_wave.evaluation.metrics import wilson_interval
+from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, Threat
+from robustbench_wave.evaluation.metrics import (
+    clean_correct,
+    reference_eps,
+    robust_accuracy,
+    threat_eps,
+    wilson_interval,
+)
+from robustbench_wave.models.frontend import GradMode
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +41,14 @@ NOT_ROBUST = "no natural robustness"
 ROBUST = "robust under all attacks"
 MASKING_BUT_ROBUST = "partly gradient masking, still more robust"
 NO_BASELINE = "no baseline"
+ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
+
+
+def wb_column(mode: GradMode | str) -> str:
+    """Column of :func:`claim_numbers` with the white-box robust accuracy under gradient mode ``mode``."""
+    return f"wb_{GradMode.parse(mode).value}"
+
+
 _COLUMNS = (
     "model",
     "seed",
@@ -40,9 +57,7 @@ _COLUMNS = (
     "n",
     "modes",
     "clean",
-    "wb_exact",
-    "wb_blocked",
-    "wb_bpda",
+    *(wb_column(m) for m in GradMode),
     "gradient_free",
     "transfer",
     "lowfreq",
@@ -91,65 +106,57 @@ def _acc(rows: pd.DataFrame, threat: str, eps: float) -> float | None:
     return robust_accuracy(rows, threat, eps)[0]
 
 
-def headline_eps(records: pd.DataFrame, threat: str) -> float | None:
-    """The middle budget of a threat's grid (lower middle for even counts): chosen before seeing results."""
-    eps = threat_eps(records, threat)
-    return eps[(len(eps) - 1) // 2] if eps else None
+def _model_numbers(rows: pd.DataFrame, threat: str, eps: float) -> dict[str, Any]:
+    """One model's row of :func:`claim_numbers` (without model and seed)."""
+    clean_rows = rows[rows["kind"] == AttackKind.CLEAN.value].drop_duplicates("example_id")
+    clean = clean_correct(clean_rows if not clean_rows.empty else rows)
+    have = set(rows["grad_mode"])
+    out: dict[str, Any] = {"threat": threat, "eps": float(eps), "n": len(clean), "clean": float(clean.mean())}
+    out["modes"] = ",".join(m.value for m in GradMode if m.value in have)
+
+    def acc_with_clean(sub: pd.DataFrame) -> float | None:
+        return _acc(pd.concat([clean_rows, sub]), threat, eps) if not sub.empty else None
+
+    white = (rows["kind"] == AttackKind.WHITE_BOX.value) & (rows["family"] != LOWFREQ_FAMILY)
+    for mode in GradMode:
+        out[wb_column(mode)] = acc_with_clean(rows[white & (rows["grad_mode"] == mode.value)])
+    low = rows[rows["family"] == LOWFREQ_FAMILY]
+    out["gradient_free"] = acc_with_clean(rows[rows["kind"] == AttackKind.BLACK_BOX.value])
+    out["transfer"] = acc_with_clean(rows[rows["kind"] == AttackKind.TRANSFER.value])
+    out["lowfreq"] = acc_with_clean(low)
+    out["noise"] = acc_with_clean(rows[rows["kind"] == AttackKind.NOISE.value])
+    if not low.empty:  # standalone, or only run on points the suite had not broken?
+        at = low[(low["threat"] == threat) & np.isclose(low["eps"], eps)]
+        at = at[at["example_id"].isin(clean.index[clean.to_numpy()])]
+        out["lowfreq_alone"] = bool(at["attacked"].astype(bool).all()) if not at.empty else None
+    else:
+        out["lowfreq_alone"] = None
+    out["worst_case"] = _acc(rows, threat, eps)
+    return out
 
 
 def claim_numbers(
-    records: pd.DataFrame, *, threat: str = "Linf", eps: float | None = None, seed: int | None = None
+    records: pd.DataFrame,
+    *,
+    threat: str = Threat.LINF.value,
+    eps: float | None = None,
+    seed: int | None = None,
 ) -> pd.DataFrame:
-    """One row per model at (threat, eps): clean accuracy, white-box robust accuracy per gradient mode,
-    gradient-free, transfer, low-frequency and noise accuracy, and the per-example worst case over all."""
-    eps = headline_eps(records, threat) if eps is None else eps
-    rows_out = []
+    """One row per model at (threat, eps; default the grid's reference budget): clean accuracy, white-box
+    robust accuracy per gradient mode, gradient-free, transfer, low-frequency and noise accuracy, and the
+    per-example worst case over all of them."""
+    eps = reference_eps(records, threat) if eps is None else eps
     if eps is None:
         return pd.DataFrame(columns=list(_COLUMNS))
-    for model, rows in records.groupby("model", sort=False):
-        clean_rows = rows[rows["kind"] == "clean"].drop_duplicates("example_id")
-        modes = [m for m in ("exact", "blocked", "bpda") if m in set(rows["grad_mode"])]
-        out: dict[str, Any] = {"model": str(model), "seed": seed, "threat": threat, "eps": float(eps)}
-        clean = clean_correct(clean_rows if not clean_rows.empty else rows)
-        out["n"] = len(clean)
-        out["modes"] = ",".join(modes)
-        out["clean"] = float(clean.mean())
-        for mode in ("exact", "blocked", "bpda"):
-            wb = rows[
-                (rows["grad_mode"] == mode)
-                & (rows["kind"] == "white-box")
-                & (rows["family"] != "lowfreq-pgd")
-            ]
-            out[f"wb_{mode}"] = _acc(pd.concat([clean_rows, wb]), threat, eps) if not wb.empty else None
-        for key, mask in (
-            ("gradient_free", rows["kind"] == "black-box"),
-            ("transfer", rows["kind"] == "transfer"),
-            ("lowfreq", rows["family"] == "lowfreq-pgd"),
-            ("noise", rows["kind"] == "noise"),
-        ):
-            sub = rows[mask]
-            out[key] = _acc(pd.concat([clean_rows, sub]), threat, eps) if not sub.empty else None
-            if key == "lowfreq":  # standalone, or only run on points the suite had not broken?
-                at = sub[(sub["threat"] == threat) & np.isclose(sub["eps"], eps)]
-                ok_ids = clean.index[clean.to_numpy()]
-                at = at[at["example_id"].isin(ok_ids)]
-                out["lowfreq_alone"] = bool(at["attacked"].astype(bool).all()) if not at.empty else None
-        out["worst_case"] = _acc(rows, threat, eps)
-        rows_out.append(out)
+    rows_out = [
+        {"model": str(model), "seed": seed, **_model_numbers(rows, threat, eps)}
+        for model, rows in records.groupby("model", sort=False)
+    ]
     return pd.DataFrame(rows_out, columns=list(_COLUMNS))
 
 
 def _f(value: Any) -> float:
     return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
-def _pct(value: Any, spread: Any = None) -> str:
-    v = _f(value)
-    if math.isnan(v):
-        return "n/a"
-    if spread is not None and not math.isnan(_f(spread)):
-        return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
-    return f"{100 * v:.1f}%"
 
 
 def _clearly_above(a: float, b: float, n_a: int, n_b: int) -> bool:
@@ -176,7 +183,7 @@ def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple
 
 
 # --------------------------------------------------------------------------------------------------------
-# categories and text
+# categories
 # --------------------------------------------------------------------------------------------------------
 def categorize(
     cand: Mapping[str, Any],
@@ -185,9 +192,13 @@ def categorize(
     chance: float,
     settings: VerdictSettings,
 ) -> dict[str, Any]:
-    """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row."""
+    """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row.
+
+    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``); against a baseline,
+    ``above_baseline`` / ``below_baseline`` compare worst cases by non-overlapping 95% Wilson intervals.
+    """
     worst = _f(cand["worst_case"])
-    blocked = _f(cand.get("wb_blocked"))
+    blocked = _f(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
     masking = not math.isnan(gap) and gap >= settings.gap_tol
     out: dict[str, Any] = {"gap": gap, "masking": masking}
@@ -208,31 +219,87 @@ def categorize(
     return out
 
 
+def _seed_majority(
+    per_seed: Sequence[pd.DataFrame], cand: str, base: str | None, chance: float, settings: VerdictSettings
+) -> tuple[str, int, int] | None:
+    """(category most seeds agree on, its count, seeds judged), or None with fewer than two seeds."""
+    cats = []
+    for p in per_seed:
+        c_row = p[p["model"] == cand]
+        b_row = p[p["model"] == base] if base else None
+        if c_row.empty or (b_row is not None and b_row.empty):
+            continue
+        b = b_row.iloc[0].to_dict() if b_row is not None else None
+        cats.append(categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings)["category"])
+    if len(cats) < 2:
+        return None
+    counts = pd.Series(cats).value_counts()
+    return str(counts.index[0]), int(counts.iloc[0]), len(cats)
+
+
+# --------------------------------------------------------------------------------------------------------
+# prose (renders numbers and categories; decides nothing)
+# --------------------------------------------------------------------------------------------------------
+def _pct(value: Any, spread: Any = None) -> str:
+    v = _f(value)
+    if math.isnan(v):
+        return "n/a"
+    if spread is not None and not math.isnan(_f(spread)):
+        return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
+    return f"{100 * v:.1f}%"
+
+
+_OTHER_ATTACKS = (
+    (wb_column(GradMode.EXACT), "exact gradients"),
+    (wb_column(GradMode.BPDA), "BPDA"),
+    ("gradient_free", "Square"),
+    ("transfer", "transfer"),
+    ("lowfreq", "low-frequency PGD"),
+)
+
+
+def _under(cand: Mapping[str, Any], sp: Mapping[str, Any]) -> str:
+    """The attacks other than blocked white-box, with their accuracies."""
+    parts = []
+    for key, label in _OTHER_ATTACKS:
+        if not math.isnan(_f(cand.get(key))):
+            if key == "lowfreq" and cand.get("lowfreq_alone") is False:
+                label = "suite + low-frequency PGD"
+            parts.append(f"{label} {_pct(cand[key], sp.get(key))}")
+    return "; ".join(parts) if parts else "no other attack"
+
+
+def _masking_sentence(
+    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
+) -> str:
+    text = (
+        f"Under blocked gradients **{cand['model']}** keeps {_pct(cand.get(wb_column(GradMode.BLOCKED)), sp.get(wb_column(GradMode.BLOCKED)))} "
+        f"at {where} (clean {_pct(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
+        f"bypass the front-end ({_under(cand, sp)}) its per-example worst case falls to "
+        f"**{_pct(cand['worst_case'], sp.get('worst_case'))}** — "
+    )
+    if cat["category"] == MASKING_BUT_ROBUST:
+        return text + (
+            "part of the robustness measured with blocked gradients is gradient masking, but what "
+            f"survives every attack is still clearly above the baseline: {base_txt}."
+        )
+    text += "the robustness measured with blocked gradients comes from gradient masking"
+    if not base_txt:
+        return text + "."
+    than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
+    return text + f", and it is {than} the baseline: {base_txt}."
+
+
 def _sentence(
     cand: Mapping[str, Any],
     base: Mapping[str, Any] | None,
     cat: Mapping[str, Any],
     spread: Mapping[str, Any] | None = None,
 ) -> str:
+    """One candidate's paragraph: the numbers of :func:`claim_numbers` in the words of its category."""
     sp = spread or {}
-    name = cand["model"]
-    where = f"{cand['threat']} ε = {cand['eps']:.4g}"
-    parts_y = []
-    for key, label in (
-        ("wb_exact", "exact gradients"),
-        ("wb_bpda", "BPDA"),
-        ("gradient_free", "Square"),
-        ("transfer", "transfer"),
-        ("lowfreq", "low-frequency PGD"),
-    ):
-        if not math.isnan(_f(cand.get(key))):
-            if key == "lowfreq" and cand.get("lowfreq_alone") is False:
-                label = "suite + low-frequency PGD"
-            parts_y.append(f"{label} {_pct(cand[key], sp.get(key))}")
-    under = "; ".join(parts_y) if parts_y else "no other attack"
-    worst = _pct(cand["worst_case"], sp.get("worst_case"))
-    blocked = _pct(cand.get("wb_blocked"), sp.get("wb_blocked"))
-    clean = _pct(cand["clean"], sp.get("clean"))
+    name, where = cand["model"], f"{cand['threat']} ε = {cand['eps']:.4g}"
+    worst, clean = _pct(cand["worst_case"], sp.get("worst_case")), _pct(cand["clean"], sp.get("clean"))
     base_txt = ""
     if base is not None:
         base_txt = (
@@ -240,38 +307,21 @@ def _sentence(
         )
     category = cat["category"]
     if category in (MASKING, MASKING_BUT_ROBUST):
-        text = (
-            f"Under blocked gradients **{name}** keeps {blocked} at {where} (clean {clean}); under attacks "
-            f"that differentiate or bypass the front-end ({under}) its per-example worst case falls to "
-            f"**{worst}** — "
-        )
-        if category == MASKING:
-            text += "the robustness measured with blocked gradients comes from gradient masking"
-            if base is None:
-                text += "."
-            else:
-                than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
-                text += f", and it is {than} the baseline: {base_txt}."
-        else:
-            text += (
-                "part of the robustness measured with blocked gradients is gradient masking, but what "
-                f"survives every attack is still clearly above the baseline: {base_txt}."
-            )
-        return text
-    if category == NOT_ROBUST:
-        text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
-        text += f" ({under}; clean {clean})"
-        if base is not None:
-            how = "even more easily than" if cat.get("below_baseline") else "as well as"
-            return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
-        return text + ": it is at chance level — no natural robustness."
+        return _masking_sentence(cand, cat, sp, where, base_txt)
     if category == ROBUST:
         return (
-            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks ({under}; clean "
-            f"{clean}), clearly above the baseline — {base_txt}: robust under all attacks, as measured."
+            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
+            f"({_under(cand, sp)}; clean {clean}), clearly above the baseline — {base_txt}: robust under all "
+            "attacks, as measured."
         )
     text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
-    return text + f" ({under}; clean {clean})."
+    text += f" ({_under(cand, sp)}; clean {clean})"
+    if category != NOT_ROBUST:
+        return text + "."
+    if base is not None:
+        how = "even more easily than" if cat.get("below_baseline") else "as well as"
+        return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
+    return text + ": it is at chance level — no natural robustness."
 
 
 def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSettings) -> str:
@@ -285,7 +335,10 @@ def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSet
     if not math.isnan(low):
         text += f" and {_pct(low)} of the low-frequency attack's"
     if noise - adv >= settings.energy_gap:
-        text += ": the seed's mechanism filters noise, not adversarial perturbations."
+        text += (
+            ": the mechanism the source paper (Zhu & Soricut 2024) proposes filters noise, not adversarial "
+            "perturbations."
+        )
     elif adv - noise >= settings.energy_gap:
         text += ": it removes more of the adversarial perturbation than of noise."
     else:
@@ -293,11 +346,107 @@ def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSet
     return text
 
 
+def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> tuple[str, bool]:
+    """Plain words for failed checks: failures under ``blocked`` are the expected signature of the source
+    paper's premise (no gradient); failures elsewhere mean that evaluation may overstate robustness."""
+    fails = {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
+    if not fails:
+        return "", False
+    parts = []
+    blocked = GradMode.BLOCKED.value
+    if blocked in fails:
+        parts.append(
+            f"under blocked gradients the checklist flags {', '.join(fails[blocked])} — the signature of "
+            "gradient masking, expected for the source paper's premise that attacks see no gradient"
+        )
+    others = {m: v for m, v in fails.items() if m != blocked}
+    for mode, names in others.items():
+        where = "in every mode" if mode == ALL_MODES else f"under {mode} gradients"
+        parts.append(f"{where} {', '.join(names)} fail — numbers there may overstate robustness")
+    return f"Diagnostics for **{model}**: " + "; ".join(parts) + ".", bool(others)
+
+
+def _headline(categories: Mapping[str, str]) -> str:
+    cats = set(categories.values())
+    if not cats:
+        return "no candidate with a fixed front-end and a comparable budget was evaluated."
+    if cats <= {MASKING, NOT_ROBUST}:
+        if MASKING in cats:
+            return (
+                "the claim is not supported: the robustness seen with blocked gradients disappears under "
+                "attacks that differentiate or bypass the front-end (gradient masking)."
+            )
+        return (
+            "the claim is not supported: the model is no more robust than the baseline under honest attacks."
+        )
+    if cats == {NO_BASELINE}:
+        return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
+    if cats == {ROBUST}:
+        return "the claim holds as measured: the model is more robust than the baseline under every attack."
+    return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."
+
+
+# --------------------------------------------------------------------------------------------------------
+# the verdict
+# --------------------------------------------------------------------------------------------------------
+@dataclass
+class _ThreatVerdict:
+    """One threat model's share of the verdict."""
+
+    numbers: pd.DataFrame
+    paragraphs: list[str] = field(default_factory=list)
+    categories: dict[str, str] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _judge_threat(
+    runs: Sequence[pd.DataFrame],
+    seeds: Sequence[int],
+    threat: str,
+    eps: float | None,
+    baseline: Sequence[str] | str | None,
+    chance: float,
+    settings: VerdictSettings,
+) -> _ThreatVerdict | None:
+    """Numbers, categories and paragraphs of every candidate at one threat's budget (None: not evaluated)."""
+    eps = eps or reference_eps(runs[0], threat)
+    if eps is None:
+        return None
+    per_seed = [claim_numbers(r, threat=threat, eps=eps, seed=s) for r, s in zip(runs, seeds)]
+    per_seed = [p for p in per_seed if not p.empty]
+    if not per_seed:
+        return None
+    out = _ThreatVerdict(pd.concat(per_seed, ignore_index=True))
+    mean = _combine(out.numbers)
+    candidates, baselines = _roles(mean.reset_index(), baseline)
+    base_name = baselines[0] if baselines else None
+    base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
+    for cand_name in candidates:
+        cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
+        cat = categorize(cand, base, chance=chance, settings=settings)
+        majority = _seed_majority(per_seed, cand_name, base_name, chance, settings)
+        if majority is not None:
+            cat["category"], agree, judged = majority
+            cat["seed_agreement"] = f"{agree}/{judged} seeds"
+        spread = _spread(out.numbers, cand_name, base_name) if len(per_seed) > 1 else None
+        text = _sentence(cand, base, cat, spread)
+        if majority is not None:
+            text += f" ({len(per_seed)} training seeds, mean ± sd; category in {cat['seed_agreement']}.)"
+        grid_text, cat["masking_eps"] = _grid_sentence(runs, cand_name, base_name, threat, settings)
+        out.paragraphs.append(f"{text} {grid_text}" if grid_text else text)
+        key = f"{cand_name}@{threat}"
+        out.categories[key] = cat["category"]
+        out.details[key] = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in cat.items()
+        }
+    return out
+
+
 def verdict(
     records: pd.DataFrame | Sequence[pd.DataFrame],
     *,
     num_classes: int,
-    threats: Sequence[str] = ("Linf", "L2"),
+    threats: Sequence[str] = (Threat.LINF.value, Threat.L2.value),
     eps: Mapping[str, float] | None = None,
     baseline: Sequence[str] | str | None = None,
     energy: Mapping[str, Mapping[str, Any]] | None = None,
@@ -305,10 +454,10 @@ def verdict(
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
 ) -> Verdict:
-    """The verdict at each threat's headline eps.  ``records`` may be a list (one frame per training seed):
+    """The verdict at each threat's reference eps.  ``records`` may be a list (one frame per training seed):
     numbers then combine into mean ± standard deviation and the category is the one most seeds agree on.
 
-    ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``adaptive.describe_energy``);
+    ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``energy.describe_energy``);
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
     checks); failures outside ``blocked`` qualify any "robust" verdict (robustness may be overestimated).
     """
@@ -317,120 +466,60 @@ def verdict(
     if not runs:
         raise ValueError("no records to judge")
     seeds = list(seeds) if seeds is not None else list(range(len(runs)))
-    chance = 1.0 / num_classes
-    paragraphs: list[str] = []
-    categories: dict[str, str] = {}
-    tables: list[pd.DataFrame] = []
-    details: dict[str, Any] = {}
-    for threat in threats:
-        e = (eps or {}).get(threat) or headline_eps(runs[0], threat)
-        if e is None:
-            continue
-        per_seed = [claim_numbers(r, threat=threat, eps=e, seed=s) for r, s in zip(runs, seeds)]
-        per_seed = [p for p in per_seed if not p.empty]
-        if not per_seed:
-            continue
-        allnum = pd.concat(per_seed, ignore_index=True)
-        tables.append(allnum)
-        mean = _combine(allnum)
-        candidates, baselines = _roles(mean.reset_index(), baseline)
-        for cand_name in candidates:
-            base_name = baselines[0] if baselines else None
-            cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
-            base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
-            seed_cats = []
-            for p in per_seed:
-                c_row = p[p["model"] == cand_name]
-                b_row = p[p["model"] == base_name] if base_name else None
-                if c_row.empty or (b_row is not None and b_row.empty):
-                    continue
-                seed_cats.append(
-                    categorize(
-                        c_row.iloc[0].to_dict(),
-                        b_row.iloc[0].to_dict() if b_row is not None else None,
-                        chance=chance,
-                        settings=settings,
-                    )["category"]
-                )
-            cat = categorize(cand, base, chance=chance, settings=settings)
-            if len(seed_cats) > 1:
-                counts = pd.Series(seed_cats).value_counts()
-                cat["category"] = str(counts.index[0])
-                cat["seed_agreement"] = f"{int(counts.iloc[0])}/{len(seed_cats)} seeds"
-            spread = _spread(allnum, cand_name, base_name) if len(per_seed) > 1 else None
-            text = _sentence(cand, base, cat, spread)
-            if "seed_agreement" in cat:
-                text += f" ({len(per_seed)} training seeds, mean ± sd; category in {cat['seed_agreement']}.)"
-            grid_text, masking_eps = _grid_sentence(runs, cand_name, base_name, threat, settings)
-            if grid_text:
-                text += " " + grid_text
-            paragraphs.append(text)
-            cat["masking_eps"] = masking_eps
-            key = f"{cand_name}@{threat}"
-            categories[key] = cat["category"]
-            details[key] = {
-                k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in cat.items()
-            }
+    judged = [
+        _judge_threat(runs, seeds, t, (eps or {}).get(t), baseline, 1.0 / num_classes, settings)
+        for t in threats
+    ]
+    parts = [j for j in judged if j is not None]
+    paragraphs = [p for j in parts for p in j.paragraphs]
+    categories = {k: v for j in parts for k, v in j.categories.items()}
+    details = {k: v for j in parts for k, v in j.details.items()}
     for model, energy_row in (energy or {}).items():
         sentence = _energy_sentence(model, energy_row, settings)
         if sentence:
             paragraphs.append(sentence)
-    doubtful = []
+    doubtful = set()
     for model, fails in (diagnostics_failures or {}).items():
         sentence, worrying = _diagnostics_sentence(model, fails)
         if sentence:
             paragraphs.append(sentence)
         if worrying:
-            doubtful.append(model)
+            doubtful.add(model)
     headline = _headline(categories)
     claimed = {k.split("@")[0] for k, c in categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
-    if claimed & set(doubtful):
+    if claimed & doubtful:
         headline += (
-            f" Caution: the diagnostics flag the evaluation of {', '.join(sorted(claimed & set(doubtful)))} "
+            f" Caution: the diagnostics flag the evaluation of {', '.join(sorted(claimed & doubtful))} "
             "outside blocked gradients, so this robustness may be overestimated."
         )
     text = "\n\n".join([f"**Verdict:** {headline}", *paragraphs])
-    numbers = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=list(_COLUMNS))
+    numbers = (
+        pd.concat([j.numbers for j in parts], ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=list(_COLUMNS))
+    )
     log.info("verdict: %s", headline)
     return Verdict(text, categories, numbers, headline, details)
-
-
-def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> tuple[str, bool]:
-    """Plain words for failed checks: failures under ``blocked`` are the expected signature of the seed's
-    premise (no gradient); failures elsewhere mean that evaluation may overstate robustness."""
-    fails = {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
-    if not fails:
-        return "", False
-    parts = []
-    if "blocked" in fails:
-        parts.append(
-            f"under blocked gradients the checklist flags {', '.join(fails['blocked'])} — the signature of "
-            "gradient masking, expected for the seed's premise that attacks see no gradient"
-        )
-    others = {m: v for m, v in fails.items() if m != "blocked"}
-    for mode, names in others.items():
-        where = "in every mode" if mode == "all" else f"under {mode} gradients"
-        parts.append(f"{where} {', '.join(names)} fail — numbers there may overstate robustness")
-    return f"Diagnostics for **{model}**: " + "; ".join(parts) + ".", bool(others)
 
 
 def _grid_sentence(
     runs: Sequence[pd.DataFrame], cand: str, base: str | None, threat: str, settings: VerdictSettings
 ) -> tuple[str, list[float]]:
     """Blocked vs worst case (and the baseline) at every budget of the grid, averaged over runs, so that
-    masking at budgets other than the headline one is not hidden."""
-    grid = threat_eps(runs[0], threat)
+    masking at budgets other than the reference one is not hidden."""
+    grid = [e for e in threat_eps(runs[0], threat) if e > 0]
     if len(grid) < 2:
         return "", []
     nums = pd.concat([claim_numbers(r, threat=threat, eps=e) for r in runs for e in grid], ignore_index=True)
-    mean = nums.groupby(["model", "eps"])[["wb_blocked", "worst_case"]].agg(
+    blocked_col = wb_column(GradMode.BLOCKED)
+    mean = nums.groupby(["model", "eps"])[[blocked_col, "worst_case"]].agg(
         lambda v: pd.to_numeric(v, errors="coerce").mean()
     )
 
     def series(model: str, col: str) -> list[float]:
         return [_f(mean.loc[(model, e), col]) if (model, e) in mean.index else float("nan") for e in grid]
 
-    blocked, worst = series(cand, "wb_blocked"), series(cand, "worst_case")
+    blocked, worst = series(cand, blocked_col), series(cand, "worst_case")
     masking_eps = [
         e for e, b, w in zip(grid, blocked, worst) if not math.isnan(b) and b - w >= settings.gap_tol
     ]
@@ -456,14 +545,14 @@ def _combine(allnum: pd.DataFrame) -> pd.DataFrame:
     grouped = allnum.groupby("model", sort=False)
     mean = grouped[numeric].agg(lambda s: pd.to_numeric(s, errors="coerce").mean())
     mean["n"] = grouped["n"].min()
-    mean["modes"] = grouped["modes"].first()
-    mean["lowfreq_alone"] = grouped["lowfreq_alone"].first()
-    mean["threat"] = grouped["threat"].first()
-    mean["eps"] = grouped["eps"].first()
+    for col in ("modes", "lowfreq_alone", "threat", "eps"):
+        mean[col] = grouped[col].first()
     return mean
 
 
 def _spread(allnum: pd.DataFrame, cand: str, base: str | None) -> dict[str, Any]:
+    """Standard deviation over seeds of the candidate's accuracies (and the baseline's worst case)."""
+
     def sd(model: str, col: str) -> float:
         vals = pd.to_numeric(allnum.loc[allnum["model"] == model, col], errors="coerce").dropna()
         return float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
@@ -476,23 +565,3 @@ def _spread(allnum: pd.DataFrame, cand: str, base: str | None) -> dict[str, Any]
     if base is not None:
         out["base_worst_case"] = sd(base, "worst_case")
     return out
-
-
-def _headline(categories: Mapping[str, str]) -> str:
-    cats = set(categories.values())
-    if not cats:
-        return "no candidate with a fixed front-end and a comparable budget was evaluated."
-    if cats <= {MASKING, NOT_ROBUST}:
-        if MASKING in cats:
-            return (
-                "the claim is not supported: the robustness seen with blocked gradients disappears under "
-                "attacks that differentiate or bypass the front-end (gradient masking)."
-            )
-        return (
-            "the claim is not supported: the model is no more robust than the baseline under honest attacks."
-        )
-    if cats == {NO_BASELINE}:
-        return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
-    if cats == {ROBUST}:
-        return "the claim holds as measured: the model is more robust than the baseline under every attack."
-    return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."

@@ -1,1 +1,119 @@
-"""attacks."""
+"""Attacks: one registry, the suite schema, the budget audit, the PGD engine, builtin attacks, library back-ends.
+
+Import from here (``from robustbench_wave.attacks import evaluate-facing names``), not from the modules:
+
+* :mod:`.registry` -- families (kind, threats, hyper-parameters) and their registered implementations
+  (``@register_attack``; :func:`list_attacks`, :func:`family_spec`, :func:`get_runner`);
+* :mod:`.suite` -- the ``attacks/*.toml`` schema, validated against the registry;
+* :mod:`.budget` -- the audit every returned point passes before it counts;
+* :mod:`.seeding` -- the one seeding rule and random-start distribution;
+* :mod:`.model_state` -- eval mode / frozen parameters, gradient modes, input gradients;
+* :mod:`.pgd` -- the one PGD loop with hooks; :mod:`.lowfreq` -- the low-frequency attack's hooks;
+* :mod:`.builtin`, :mod:`.torchattacks_backend`, :mod:`.foolbox_backend` -- the implementations (importing
+  this package registers them all).
+"""
+
+from robustbench_wave.attacks import builtin, foolbox_backend, torchattacks_backend  # noqa: F401  (registers)
+from robustbench_wave.attacks.budget import BudgetViolation, audit, budget_tolerance, perturbation_norm
+from robustbench_wave.attacks.builtin import noise_sample
+from robustbench_wave.attacks.lowfreq import (
+    LOWFREQ_FAMILY,
+    LowFreqPGD,
+    block_mean_project,
+    find_wavelet_front_end,
+    lowfreq_projector,
+    model_wavelet,
+    resolve_level,
+    wavelet_ll_project,
+)
+from robustbench_wave.attacks.model_state import (
+    GradSafe,
+    as_float_images,
+    attack_mode,
+    input_gradient,
+    input_gradient_blocked,
+    margin_loss,
+    mode_context,
+    model_device,
+    modes_for,
+)
+from robustbench_wave.attacks.pgd import PGD, PGDResult, pgd_with_history
+from robustbench_wave.attacks.registry import (
+    BACKENDS,
+    AttackFamily,
+    AttackKind,
+    Param,
+    RunContext,
+    RunnerSpec,
+    RunOutput,
+    Threat,
+    family_spec,
+    get_runner,
+    list_attacks,
+    list_families,
+    register_attack,
+    register_family,
+)
+from robustbench_wave.attacks.seeding import derive_seed, example_generators, per_example, seeded
+from robustbench_wave.attacks.suite import (
+    THREATS,
+    AttackEntry,
+    Suite,
+    list_suites,
+    load_suite,
+    parse_eps,
+    parse_suite,
+)
+
+__all__ = [
+    "BACKENDS",
+    "LOWFREQ_FAMILY",
+    "PGD",
+    "THREATS",
+    "AttackEntry",
+    "AttackFamily",
+    "AttackKind",
+    "BudgetViolation",
+    "GradSafe",
+    "LowFreqPGD",
+    "PGDResult",
+    "Param",
+    "RunContext",
+    "RunOutput",
+    "RunnerSpec",
+    "Suite",
+    "Threat",
+    "as_float_images",
+    "attack_mode",
+    "audit",
+    "block_mean_project",
+    "budget_tolerance",
+    "derive_seed",
+    "example_generators",
+    "family_spec",
+    "find_wavelet_front_end",
+    "get_runner",
+    "input_gradient",
+    "input_gradient_blocked",
+    "list_attacks",
+    "list_families",
+    "list_suites",
+    "load_suite",
+    "lowfreq_projector",
+    "margin_loss",
+    "mode_context",
+    "model_device",
+    "model_wavelet",
+    "modes_for",
+    "noise_sample",
+    "parse_eps",
+    "parse_suite",
+    "per_example",
+    "perturbation_norm",
+    "pgd_with_history",
+    "register_attack",
+    "register_family",
+    "resolve_level",
+    "seeded",
+    "wavelet_ll_project",
+]

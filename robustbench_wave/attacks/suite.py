@@ -9,7 +9,8 @@ A suite file has three parts (see ``attacks/default.toml`` for a commented examp
 * ``[settings]`` -- ``rng_block``: library attacks whose randomness we cannot seed per example
   (torchattacks' APGD and Square, foolbox/torchattacks PGD) are called on fixed blocks of example ids, each
   with its own seed, so their results never depend on ``--batch-size``.
-* ``[[attack]]`` entries, run in file order: ``name`` (unique), ``family`` (see :data:`FAMILIES`), ``threat``,
+* ``[[attack]]`` entries, run in file order: ``name`` (unique), ``family`` (a family declared in
+  :mod:`robustbench_wave.attacks.registry`; ``list_families()``), ``threat``,
   an optional ``backend`` and ``eps`` (overrides the data set's list), and the family's hyper-parameters.
 
 Threat models (Croce & Hein 2020; Carlini et al. 2019): ``Linf`` and ``L2`` norms of the perturbation in
@@ -25,7 +26,7 @@ import copy
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -35,96 +36,23 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from robustbench_wave.attacks.registry import (
+    CLEAN,
+    NO_THREAT,
+    AttackFamily,
+    Param,
+    Threat,
+    family_spec,
+    list_families,
+)
+
 SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
-THREATS = ("Linf", "L2", "L0")
+THREATS = tuple(t.value for t in Threat)
 DEFAULT_EPS_KEY = "default"
 DEFAULT_RNG_BLOCK = 128
 NOISE_THREAT = {"uniform": "Linf", "sign": "Linf", "gaussian": "L2", "salt_pepper": "L0"}
 
 
-@dataclass(frozen=True)
-class Param:
-    """One hyper-parameter of an attack family: its type, default (None = required) and allowed values."""
-
-    type: type
-    default: Any = None
-    choices: tuple[Any, ...] | None = None
-    minimum: float | None = None
-
-
-@dataclass(frozen=True)
-class Family:
-    """What the harness knows about an attack family: kind, threats, backends and hyper-parameters."""
-
-    kind: str  # clean | noise | white-box | black-box | transfer
-    threats: tuple[str, ...]
-    backends: tuple[str, ...]  # the first is the default
-    grad_dependent: bool  # runs once per gradient mode (else once, shared by all modes)
-    params: dict[str, Param] = field(default_factory=dict)
-    iterative: bool = False  # records correct_last (best-vs-last iterate)
-
-
-_PGD_PARAMS = {
-    "steps": Param(int, 20, minimum=1),
-    "rel_step_size": Param(float, 0.1, minimum=0.0),
-    "restarts": Param(int, 1, minimum=1),
-    "random_start": Param(bool, True),
-}
-
-FAMILIES: dict[str, Family] = {
-    "clean": Family("clean", ("none",), ("builtin",), grad_dependent=False),
-    "noise": Family(
-        "noise",
-        ("Linf", "L2", "L0"),
-        ("builtin",),
-        grad_dependent=False,
-        params={
-            "distribution": Param(str, None, choices=tuple(NOISE_THREAT)),
-            "draws": Param(int, 1, minimum=1),
-        },
-    ),
-    "fgsm": Family("white-box", ("Linf",), ("torchattacks", "foolbox", "builtin"), grad_dependent=True),
-    "pgd": Family(
-        "white-box",
-        ("Linf", "L2"),
-        ("builtin", "torchattacks", "foolbox"),
-        grad_dependent=True,
-        params=dict(_PGD_PARAMS),
-        iterative=True,
-    ),
-    "apgd": Family(
-        "white-box",
-        ("Linf", "L2"),
-        ("torchattacks",),
-        grad_dependent=True,
-        params={
-            "steps": Param(int, 100, minimum=1),
-            "restarts": Param(int, 1, minimum=1),
-            "loss": Param(str, "ce", choices=("ce", "dlr")),
-            "rho": Param(float, 0.75, minimum=0.0),
-        },
-    ),
-    "square": Family(
-        "black-box",
-        ("Linf", "L2"),
-        ("torchattacks",),
-        grad_dependent=False,
-        params={
-            "n_queries": Param(int, 1000, minimum=1),
-            "p_init": Param(float, 0.8, minimum=0.0),
-            "restarts": Param(int, 1, minimum=1),
-            "loss": Param(str, "margin", choices=("margin", "ce")),
-        },
-    ),
-    "transfer": Family(
-        "transfer",
-        ("Linf", "L2"),
-        ("builtin",),
-        grad_dependent=False,
-        params=dict(_PGD_PARAMS),
-    ),
-}
-BACKENDS = ("builtin", "torchattacks", "foolbox")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -140,12 +68,13 @@ class AttackEntry:
     eps: tuple[float, ...] | None = None  # overrides the data set's list for this threat
 
     @property
-    def spec(self) -> Family:
-        return FAMILIES[self.family]
+    def spec(self) -> AttackFamily:
+        return family_spec(self.family)
 
     @property
     def kind(self) -> str:
-        return self.spec.kind
+        """The family's kind as the plain string records store."""
+        return self.spec.kind.value
 
     def resolve_backend(self, requested: str = "auto") -> str:
         """The backend for this entry: the suite's pin, else ``requested`` if supported, else the default."""
@@ -193,7 +122,7 @@ class Suite:
         )
 
     def entry_eps(self, entry: AttackEntry, dataset: Any = None) -> tuple[float, ...]:
-        if entry.family == "clean":
+        if entry.family == CLEAN:
             return (0.0,)
         return entry.eps if entry.eps is not None else self.threat_eps(entry.threat, dataset)
 
@@ -201,7 +130,7 @@ class Suite:
         """Every threat's eps list actually used for ``dataset`` (recorded in meta.json)."""
         out: dict[str, list[float]] = {}
         for entry in self.attacks:
-            if entry.family != "clean":
+            if entry.family != CLEAN:
                 out.setdefault(entry.threat, [])
                 out[entry.threat] = sorted(set(out[entry.threat]) | set(self.entry_eps(entry, dataset)))
         return out
@@ -223,7 +152,7 @@ class Suite:
             raise ValueError(
                 f"suite {self.name!r} has no attacks {unknown}; it has {[a.name for a in self.attacks]}"
             )
-        keep = tuple(a for a in self.attacks if a.name in names or a.family == "clean")
+        keep = tuple(a for a in self.attacks if a.name in names or a.family == CLEAN)
         return Suite(self.name, keep, self.eps, self.description, self.rng_block, self.source)
 
 
@@ -273,17 +202,20 @@ def _eps_list(values: Any, threat: str, where: str) -> tuple[float, ...]:
 
 def _threat_name(value: Any, where: str) -> str:
     if isinstance(value, str):
-        for t in (*THREATS, "none"):
+        for t in (*THREATS, NO_THREAT):
             if value.lower() == t.lower():
                 return t
     raise ValueError(f"{where}: unknown threat model {value!r}; choose one of {', '.join(THREATS)}")
 
 
 def _check_param(name: str, p: Param, value: Any, where: str) -> Any:
+    if isinstance(value, str) and value in p.keywords:
+        return value
     if p.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, p.type) or (p.type is int and isinstance(value, bool)):
-        raise ValueError(f"{where}: {name} = {value!r} must be of type {p.type.__name__}")
+        also = "".join(f" or {k!r}" for k in p.keywords)
+        raise ValueError(f"{where}: {name} = {value!r} must be of type {p.type.__name__}{also}")
     if p.choices is not None and value not in p.choices:
         raise ValueError(f"{where}: {name} = {value!r}; choose one of {list(p.choices)}")
     if p.minimum is not None and value < p.minimum:
@@ -305,12 +237,14 @@ def _parse_entry(raw: Any, index: int) -> AttackEntry:
         )
     where = f"attack {name!r}"
     family = raw.pop("family", None)
-    if family not in FAMILIES:
-        raise ValueError(f"{where}: unknown attack family {family!r}; known families: {', '.join(FAMILIES)}")
-    spec = FAMILIES[family]
+    if family not in list_families():
+        raise ValueError(
+            f"{where}: unknown attack family {family!r}; known families: {', '.join(list_families())}"
+        )
+    spec = family_spec(family)
     raw.pop("description", None)
-    if family == "clean":
-        threat = "none"
+    if family == CLEAN:
+        threat = NO_THREAT
         raw.pop("threat", None)
     else:
         if "threat" not in raw and family == "noise" and raw.get("distribution") in NOISE_THREAT:
@@ -384,15 +318,15 @@ def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "
         if a.name in seen:
             raise ValueError(f"suite {name!r}: attack name {a.name!r} is used twice; names must be unique")
         seen.add(a.name)
-    if not any(a.family == "clean" for a in attacks):
-        attacks.insert(0, AttackEntry("clean", "clean", "none", {}))
-    elif attacks[0].family != "clean" or sum(a.family == "clean" for a in attacks) > 1:
+    if not any(a.family == CLEAN for a in attacks):
+        attacks.insert(0, AttackEntry(CLEAN, CLEAN, NO_THREAT, {}))
+    elif attacks[0].family != CLEAN or sum(a.family == CLEAN for a in attacks) > 1:
         raise ValueError(
             f"suite {name!r}: put exactly one clean entry first (it defines who can be attacked)"
         )
     # every threat must have budgets somewhere (checked again per data set at evaluation time)
     for a in attacks:
-        if a.family != "clean" and a.eps is None and not any(a.threat in b for b in eps.values()):
+        if a.family != CLEAN and a.eps is None and not any(a.threat in b for b in eps.values()):
             raise ValueError(
                 f"suite {name!r}: attack {a.name!r} uses threat {a.threat} but no [eps.*] block lists {a.threat} "
                 f"budgets; add {a.threat} = [...] to [eps.{DEFAULT_EPS_KEY}]"

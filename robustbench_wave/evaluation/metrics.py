@@ -1,10 +1,14 @@
 """Every robustness number is computed here, from per-example records (after AutoAttack, Croce & Hein 2020).
 
-* :func:`example_flags` -- the per-example worst case: an example is robust at (threat, eps) only if it is
-  clean-correct and no attack of that threat broke it at that eps or a smaller one; per model with several
-  gradient modes also the worst case over modes.
-* :func:`summarize_flags` -- accuracy with the 95% Wilson interval (:func:`wilson_interval`) per column.
-* :func:`robust_accuracy` -- one (threat, eps) cell of that worst case for one gradient mode.
+* :func:`robust_flags` -- the per-example worst case over a set of records: an example is robust at
+  (threat, eps) only if it is clean-correct and correct in every row of that threat at that eps or a smaller
+  one. It is the one definition; :func:`robust_accuracy`, :func:`example_flags` and every diagnostic use it.
+* :func:`example_flags` -- that worst case for every (model, gradient mode) and (threat, eps) of a run, plus
+  the worst case over gradient modes; :func:`summarize` turns it into accuracies with 95% Wilson intervals
+  (:func:`wilson_interval`).
+* :func:`example_status` -- broken / held / unknown per example for one group of attacks, for comparing a
+  strong group with a weak one (the gradient-masking checks).
+* :func:`backend_agreement` -- how two back-ends of one attack agree on the same points (``--cross-check``).
 * :func:`reference_eps` -- the one budget a diagnostic or a verdict reports by default, always on the grid.
 """
 
@@ -15,9 +19,15 @@ import math
 import numpy as np
 import pandas as pd
 
+from robustbench_wave.attacks import AttackKind, Threat
+from robustbench_wave.models.frontend import GradMode
+
 Z95 = 1.959963984540054
 WORST = "worst-case"  # attack label of the per-example worst case over a threat's attacks
 WORST_MODE = "worst"  # grad_mode label of the per-example worst case over gradient modes
+CLEAN_KIND = AttackKind.CLEAN.value  # records' ``kind`` of the clean rows
+CLEAN_THREAT = "none"  # records' ``threat`` of the clean rows
+EPS_TOL = 1e-9  # budgets closer than this are the same budget
 
 
 def wilson_interval(k: float, n: float, z: float = Z95) -> tuple[float, float]:
@@ -31,12 +41,70 @@ def wilson_interval(k: float, n: float, z: float = Z95) -> tuple[float, float]:
     return (max(0.0, center - half), min(1.0, center + half))
 
 
+# ---------------------------------------------------------------------------------- worst case of a row set
+
+
+def clean_correct(rows: pd.DataFrame) -> pd.Series:
+    """example_id -> correct on the clean input (all examples count as correct if no clean rows exist)."""
+    clean = rows[rows["kind"] == CLEAN_KIND]
+    if clean.empty:
+        ids = rows["example_id"].unique()
+        return pd.Series(True, index=pd.Index(sorted(ids), name="example_id"))
+    return clean.groupby("example_id")["correct"].all().astype(bool)
+
+
+def robust_flags(rows: pd.DataFrame, threat: str, eps: float) -> pd.Series:
+    """example_id -> robust at (threat, eps) over exactly these rows, whatever attacks and modes they hold.
+
+    Robust = clean-correct AND correct in every row of ``threat`` with eps' <= eps. A skipped point
+    (``attacked=False``) is recorded as not correct, so it counts as broken: something earlier broke it.
+    Examples are those of the clean rows (all examples when there are none).
+    """
+    clean = clean_correct(rows)
+    at = rows[(rows["threat"] == threat) & (rows["eps"] <= eps + EPS_TOL)]
+    if at.empty:
+        return clean
+    held = at["correct"].astype(bool).groupby(at["example_id"]).all()
+    return clean & held.reindex(clean.index, fill_value=True)
+
+
+def robust_accuracy(rows: pd.DataFrame, threat: str, eps: float) -> tuple[float, int]:
+    """(robust accuracy, number of examples) of :func:`robust_flags`; NaN accuracy without examples.
+
+    Select the rows first: one model's rows of one gradient mode give that mode's worst case, all of its
+    modes together the worst case over modes.
+    """
+    flags = robust_flags(rows, threat, eps)
+    return (float(flags.mean()) if len(flags) else math.nan), len(flags)
+
+
+def example_status(rows: pd.DataFrame, threat: str, eps: float) -> pd.Series:
+    """Per example: 1.0 = broken by these rows at some eps' <= eps, 0.0 = held (every row at eps attacked
+    and still correct), NaN = unknown (a row was skipped because something else broke the point first)."""
+    at = rows[(rows["threat"] == threat) & (rows["eps"] <= eps + EPS_TOL)]
+    if at.empty:
+        return pd.Series(dtype=float)
+    attacked = at["attacked"].astype(bool)
+    correct = at["correct"].astype(bool)
+    broken = (attacked & ~correct).groupby(at["example_id"]).any()
+    exact = at["eps"] >= eps - EPS_TOL
+    held_rows = (attacked & correct) | ~exact
+    held = held_rows.groupby(at["example_id"]).all() & exact.groupby(at["example_id"]).any()
+    status = pd.Series(np.nan, index=broken.index)
+    status[held] = 0.0
+    status[broken] = 1.0
+    return status
+
+
+# --------------------------------------------------------------------------------------- a whole run's table
+
+
 def _column_order(records: pd.DataFrame) -> list[tuple[str, str, float]]:
     """(threat, attack, eps) in suite order: clean first, then each threat's attacks, then its worst case."""
     cols = records[["threat", "attack", "eps"]].drop_duplicates()
-    threats = [t for t in dict.fromkeys(cols["threat"]) if t != "none"]
+    threats = [t for t in dict.fromkeys(cols["threat"]) if t != CLEAN_THREAT]
     out: list[tuple[str, str, float]] = [
-        ("none", a, e) for _, a, e in cols[cols["threat"] == "none"].itertuples(index=False)
+        (CLEAN_THREAT, a, e) for _, a, e in cols[cols["threat"] == CLEAN_THREAT].itertuples(index=False)
     ]
     for t in threats:
         sub = cols[cols["threat"] == t]
@@ -46,13 +114,7 @@ def _column_order(records: pd.DataFrame) -> list[tuple[str, str, float]]:
     return out
 
 
-def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd.DataFrame:
-    """Per-example robustness: index (model, grad_mode, example_id), columns (threat, attack, eps), bool.
-
-    Adds, per threat and eps, the column ``worst-case``: robust only if clean-correct and no attack of that
-    threat broke the example at that eps or a smaller one. With ``worst_over_modes`` each model with several
-    gradient modes also gets the row ``grad_mode = "worst"`` (robust only if robust under every mode).
-    """
+def _check_unique(records: pd.DataFrame) -> None:
     key = ["model", "grad_mode", "attack", "eps", "example_id"]
     dup = records.duplicated(key)
     if dup.any():
@@ -60,20 +122,33 @@ def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd
         raise ValueError(
             f"records hold {int(dup.sum())} duplicate rows (e.g. {first}); one row per {key} expected"
         )
+
+
+def _mode_flags(g: pd.DataFrame, order: list[tuple[str, str, float]]) -> pd.DataFrame:
+    """One (model, grad_mode) group: correct per example and attack column, plus its worst-case columns."""
+    wide = g.pivot(index="example_id", columns=["threat", "attack", "eps"], values="correct").astype(
+        "boolean"
+    )
+    wide.columns = pd.MultiIndex.from_tuples([(t, a, float(e)) for t, a, e in wide.columns])
+    for t, a, e in order:
+        if a == WORST:
+            wide[(t, a, e)] = robust_flags(g, t, e).reindex(wide.index, fill_value=False)
+    return wide.reindex(columns=pd.MultiIndex.from_tuples(order))
+
+
+def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd.DataFrame:
+    """Per-example robustness: index (model, grad_mode, example_id), columns (threat, attack, eps), bool.
+
+    Adds, per threat and eps, the column ``worst-case`` (:func:`robust_flags` of that model and mode). With
+    ``worst_over_modes`` each model with several gradient modes also gets the row ``grad_mode = "worst"``
+    (robust only if robust under every mode).
+    """
+    _check_unique(records)
     order = _column_order(records)
-    frames: dict[tuple[str, str], pd.DataFrame] = {}
-    for (model, mode), g in records.groupby(["model", "grad_mode"], sort=False):
-        wide = g.pivot(index="example_id", columns=["threat", "attack", "eps"], values="correct").astype(
-            "boolean"
-        )
-        wide.columns = pd.MultiIndex.from_tuples([(t, a, float(e)) for t, a, e in wide.columns])
-        clean_cols = [c for c in wide.columns if c[0] == "none"]
-        for t, a, e in order:
-            if a != WORST:
-                continue
-            cols = clean_cols + [c for c in wide.columns if c[0] == t and c[1] != WORST and c[2] <= e + 1e-12]
-            wide[(t, a, e)] = wide[cols].fillna(False).all(axis=1)
-        frames[(model, mode)] = wide.reindex(columns=pd.MultiIndex.from_tuples(order))
+    frames: dict[tuple[str, str], pd.DataFrame] = {
+        (model, mode): _mode_flags(g, order)
+        for (model, mode), g in records.groupby(["model", "grad_mode"], sort=False)
+    }
     if worst_over_modes:
         for model in dict.fromkeys(m for m, _ in frames):
             per_mode = [f for (m, _), f in frames.items() if m == model]
@@ -94,8 +169,12 @@ def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd
     return pd.concat(out)
 
 
+_MODE_RANK = {**{m.value: i for i, m in enumerate(GradMode)}, WORST_MODE: 9}
+
+
 def _mode_rank(mode: str) -> int:
-    return {"exact": 0, "blocked": 1, "bpda": 2, WORST_MODE: 9}.get(mode, 5)
+    """Rows in the order exact, blocked, bpda, (unknown modes), worst."""
+    return _MODE_RANK.get(mode, 5)
 
 
 def summarize_flags(flags: pd.DataFrame) -> pd.DataFrame:
@@ -123,17 +202,57 @@ def summarize_flags(flags: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def summarize(records: pd.DataFrame) -> pd.DataFrame:
+    """Tidy numeric summary of a run: one row per (model, grad_mode, threat, attack, eps), worst cases
+    included (the numbers behind every table)."""
+    return summarize_flags(example_flags(records))
+
+
+def backend_agreement(records: pd.DataFrame, cross: pd.DataFrame) -> pd.DataFrame:
+    """Backend agreement on identical points: robust accuracy of each backend on the points both attacked."""
+    key = ["model", "grad_mode", "attack", "eps", "example_id"]
+    prim = records.loc[records["attacked"], [*key, "backend", "correct"]]
+    other = cross.loc[cross["attacked"], [*key, "backend", "correct"]]
+    both = other.merge(prim, on=key, suffixes=("", "_primary"))
+    rows = []
+    for (model, mode, attack, eps, backend), g in both.groupby(
+        ["model", "grad_mode", "attack", "eps", "backend"], sort=False
+    ):
+        acc_o, acc_p = float(g["correct"].mean()), float(g["correct_primary"].mean())
+        rows.append(
+            {
+                "model": model,
+                "grad_mode": mode,
+                "attack": attack,
+                "eps": float(eps),
+                "primary_backend": g["backend_primary"].iloc[0],
+                "backend": backend,
+                "n_points": len(g),
+                "robust_accuracy_primary": acc_p,
+                "robust_accuracy_backend": acc_o,
+                "difference": acc_o - acc_p,
+                "n_disagree": int((g["correct"] != g["correct_primary"]).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# -------------------------------------------------------------------------------------------------- budgets
+
+
 def threat_eps(records: pd.DataFrame, threat: str) -> list[float]:
-    """The sorted budgets of ``threat`` present in ``records``."""
+    """The sorted budgets of ``threat`` present in ``records`` (0 included when the grid has it)."""
     return sorted({float(e) for e in records.loc[records["threat"] == threat, "eps"]})
 
 
 def reference_eps(
-    records: pd.DataFrame | None, threat: str = "Linf", fallback: float | None = None
+    records: pd.DataFrame | None, threat: str = Threat.LINF.value, fallback: float | None = None
 ) -> float | None:
-    """The middle budget of a threat's grid (the lower middle for an even count), chosen before any result.
+    """The middle positive budget of a threat's grid (the lower middle for an even count), chosen before any
+    result; eps = 0 is the clean input, not a budget.
 
     Always a budget that was attacked, never an interpolated median; ``fallback`` when the threat has none.
     """
-    eps = threat_eps(records, threat) if records is not None and not records.empty else []
+    grid = threat_eps(records, threat) if records is not None and not records.empty else []
+    eps = [e for e in grid if e > 0]
     return eps[(len(eps) - 1) // 2] if eps else fallback

@@ -1,15 +1,20 @@
-"""Per-example attack records: schema, (de)serialisation and run folders.
+"""Per-example attack records: the schema, the one builder of its rows, (de)serialisation and run folders.
 
-One row per (model, grad_mode, attack, eps, example_id) -- the contract the diagnostics consume (see
-CONTRACT.md). A run folder holds ``records.csv.gz`` (gzip with a fixed timestamp, so identical records give
-identical bytes), ``meta.json`` (provenance, suite, seeds, timing) and, with ``--cross-check``,
-``crosscheck_records.csv.gz`` (the same schema, one row per point attacked by a second backend).
+One row per (model, grad_mode, attack, eps, example_id): the contract every table, diagnostic and verdict
+reads. :func:`build_records` is the only code that turns attack outcomes into rows, so the schema, the dtypes
+and the meaning of a skipped point (``attacked=False, correct=False``, no prediction) live in one place. A run
+folder holds ``records.csv.gz`` (gzip with a fixed timestamp, so identical records give identical bytes),
+``meta.json`` (provenance, suite, seeds, timing) and, with ``--cross-check``, ``crosscheck_records.csv.gz``
+(the same schema, one row per point attacked by a second backend).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +51,8 @@ COLUMNS = list(DTYPES)
 
 
 def make_frame(columns: dict[str, Any], n: int) -> pd.DataFrame:
-    """Build records from column values (scalars are broadcast) with the contract's dtypes."""
+    """Records from column values (scalars are broadcast) with the contract's dtypes (for hand-made records;
+    attack outcomes go through :func:`build_records`)."""
     data = {}
     for col in COLUMNS:
         v = columns[col]
@@ -54,6 +60,74 @@ def make_frame(columns: dict[str, Any], n: int) -> pd.DataFrame:
             np.full(n, v, dtype=object) if np.isscalar(v) or v is None else v, dtype=DTYPES[col]
         )
     return pd.DataFrame(data)
+
+
+@dataclass(frozen=True)
+class RecordBlock:
+    """The columns shared by every row of one (model, grad_mode, attack, eps) block.
+
+    Enum members (``GradMode``, ``AttackKind``, ``Threat``) are accepted and stored as their ``.value``:
+    records hold plain strings.
+    """
+
+    model: str
+    dataset: str
+    grad_mode: str
+    attack: str
+    family: str
+    kind: str
+    threat: str
+    eps: float
+    backend: str
+
+    def columns(self) -> dict[str, Any]:
+        plain = {k: (v.value if isinstance(v, Enum) else v) for k, v in dataclasses.asdict(self).items()}
+        return {**plain, "eps": float(self.eps)}
+
+
+def build_records(
+    block: RecordBlock,
+    example_ids: np.ndarray,
+    labels: np.ndarray,
+    attacked: np.ndarray,
+    pred: np.ndarray,
+    *,
+    norm: np.ndarray,
+    loss: np.ndarray,
+    correct_last: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """One row per example of ``block``; every array has one entry per example, in the same order.
+
+    ``pred``, ``norm``, ``loss`` and ``correct_last`` are read only where ``attacked``; elsewhere the point
+    was skipped and gets no prediction, ``correct=False`` and NaN/NA values. ``correct`` is derived here
+    (``pred == label`` on attacked points), never passed in, so no caller can disagree about it.
+    """
+    n = len(example_ids)
+    attacked = np.asarray(attacked, dtype=bool)
+    arrays = (labels, attacked, pred, norm, loss) + ((correct_last,) if correct_last is not None else ())
+    if any(len(a) != n for a in arrays):
+        raise ValueError(
+            "build_records needs one label, flag, prediction, norm, loss (and last flag) per example"
+        )
+    pred_col = np.full(n, None, dtype=object)
+    pred_col[attacked] = np.asarray(pred)[attacked].astype(object)
+    last_col = np.full(n, None, dtype=object)
+    if correct_last is not None:
+        last_col[attacked] = np.asarray(correct_last)[attacked].astype(object)
+    return make_frame(
+        {
+            **block.columns(),
+            "example_id": np.asarray(example_ids),
+            "label": np.asarray(labels),
+            "pred": pred_col,
+            "correct": attacked & (np.asarray(pred) == np.asarray(labels)),
+            "norm": np.where(attacked, np.asarray(norm, dtype=np.float64), np.nan),
+            "attacked": attacked,
+            "correct_last": last_col,
+            "loss_final": np.where(attacked, np.asarray(loss, dtype=np.float64), np.nan),
+        },
+        n,
+    )
 
 
 def empty_records() -> pd.DataFrame:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from robustbench_wave.evaluation.metrics import CLEAN_THREAT
+
 
 class RobustState:
     """Robust flags per (grad mode, threat): a bool matrix (N examples, eps grid of that threat)."""
@@ -43,7 +45,7 @@ class RobustState:
     def apply_records(self, records: pd.DataFrame, example_ids: list[int]) -> None:
         """Replay saved records (e.g. a resumed chunk) into the flags; ``example_ids`` gives the row order."""
         index = pd.Index(example_ids)
-        attacked = records[records["attacked"].astype(bool) & (records["threat"] != "none")]
+        attacked = records[records["attacked"].astype(bool) & (records["threat"] != CLEAN_THREAT)]
         for (mode, threat, eps), g in attacked.groupby(["grad_mode", "threat", "eps"], sort=False):
             if mode not in self.flags:
                 continue

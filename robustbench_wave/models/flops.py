@@ -1,6 +1,6 @@
 """Analytic per-layer compute of plain and token-pooled ViTs, in multiply-accumulates (MACs).
 
-The seed papers count "FLOPs" as MACs (Marin et al., WACV 2023, arXiv 2110.03860, Table 1; Zhu & Soricut
+The source papers count "FLOPs" as MACs (Marin et al., WACV 2023, arXiv 2110.03860, Table 1; Zhu & Soricut
 2024 §5.3): per block with T tokens, token width H, attention width d_model and MLP hidden width m·H,
 
 * attention: QKV and O projections ``4·T·H·d_model`` plus scores and weighted sum ``2·T²·d_model``
@@ -26,13 +26,14 @@ block computes anyway (its O(T²) reductions are not counted).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from robustbench_wave.models.tokenpool import TokenPooledBlocks, TokenPooling
+from robustbench_wave.models.tokenpool import PoolMethod, TokenPooledBlocks, TokenPooling
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,11 @@ def block_macs(tokens: int, embed_dim: int, attn_dim: int, mlp_hidden: int) -> d
 def pooling_macs(method: str, tokens_in: int, tokens_out: int, dim: int, iterations: int) -> int:
     """MACs of one Token Pooling layer (N = ``tokens_in`` non-prefix tokens -> K = ``tokens_out``)."""
     n, k, d = tokens_in, tokens_out, dim
-    if method in ("kmeans", "weighted-kmeans"):
+    if method in (PoolMethod.KMEANS, PoolMethod.WEIGHTED_KMEANS):
         return iterations * 2 * n * k * d
-    if method in ("kmedoids", "weighted-kmedoids"):
+    if method in (PoolMethod.KMEDOIDS, PoolMethod.WEIGHTED_KMEDOIDS):
         return (n * n * d + iterations * k * n * n) if iterations else 0
-    if method == "grid":
+    if method == PoolMethod.GRID:
         return n * d
     return 0
 
@@ -104,7 +105,7 @@ def _block_row(block: nn.Module, tokens: int) -> dict[str, int]:
 
 def _input_shape(
     model: nn.Module, vit: nn.Module, img_size: int | tuple[int, int] | None, in_chans: int | None
-):
+) -> tuple[int, int, int]:
     embed = vit.patch_embed
     if in_chans is None:
         in_chans = getattr(model, "in_chans", None) or getattr(embed, "in_chans", None)
@@ -119,23 +120,20 @@ def _input_shape(
     return int(in_chans), int(h), int(w)
 
 
-def vit_flops(
-    model: nn.Module, img_size: int | tuple[int, int] | None = None, *, in_chans: int | None = None
-) -> dict[str, Any]:
-    """Per-layer MACs of a (possibly token-pooled) ViT for one ``img_size`` image.
+@dataclass
+class _Trace:
+    """What one dry forward pass saw: tokens entering each block, pooling shapes, the embed layer's MACs."""
 
-    Returns ``rows`` (embed, block<i>, pool<i>, head; each with ``macs`` and token counts), ``tokens``
-    (sequence length entering each block, prefix included), ``embed_macs``, ``blocks_macs``,
-    ``head_macs``, ``pooling_macs``, ``total_macs`` (the seed's per-layer formulas: embed + blocks +
-    head), ``total_macs_with_pooling`` (+ the clustering cost), ``dense_macs`` (the same model without
-    pooling: every block at the tokenizer's token count) and ``saved_fraction`` =
-    ``1 - total_macs_with_pooling / dense_macs``.
-    """
-    vit = _find_vit(model)
-    c, h, w = _input_shape(model, vit, img_size, in_chans)
-    param = next(model.parameters())
-    blocks = _blocks(vit)
-    pools = [m for m in vit.modules() if isinstance(m, TokenPooling)]
+    tokens: dict[int, int]
+    pool_shapes: dict[int, tuple[int, int, int]]  # pool index -> (tokens in, tokens out, dim), non-prefix
+    embed_tokens: int
+    embed_macs: int
+
+
+def _trace(
+    model: nn.Module, vit: nn.Module, blocks: list[nn.Module], pools: list[TokenPooling], x: torch.Tensor
+) -> _Trace:
+    """Run ``model`` once on ``x`` in eval mode, hooks on the blocks and pools; restore the modes after."""
     tokens: dict[int, int] = {}
     pool_shapes: dict[int, tuple[int, int, int]] = {}
     handles = [
@@ -151,7 +149,6 @@ def vit_flops(
         for j, pool in enumerate(pools)
     ]
     modes = {m: m.training for m in model.modules()}
-    x = torch.zeros(1, c, h, w, dtype=param.dtype, device=param.device)
     try:
         model.eval()
         with torch.no_grad():
@@ -163,56 +160,67 @@ def vit_flops(
             handle.remove()
         for module, mode in modes.items():
             module.training = mode
+    return _Trace(tokens, pool_shapes, int(embedded.shape[1]), int(counter.get_total_flops()) // 2)
 
-    rows: list[dict[str, Any]] = [
-        {"layer": "embed", "tokens": int(embedded.shape[1]), "macs": int(counter.get_total_flops()) // 2}
-    ]
+
+def _pool_row(i: int, pool: TokenPooling, shape: tuple[int, int, int]) -> dict[str, Any] | None:
+    """The row of the pooling layer after block ``i``; None when it did not reduce the tokens."""
+    n_in, n_out, dim = shape
+    if n_out >= n_in:
+        return None
+    macs = pooling_macs(pool.method, n_in, n_out, dim, pool.iterations)
+    return {"layer": f"pool{i}", "method": pool.method, "tokens_in": n_in, "tokens_out": n_out, "macs": macs}
+
+
+def vit_flops(
+    model: nn.Module, img_size: int | tuple[int, int] | None = None, *, in_chans: int | None = None
+) -> dict[str, Any]:
+    """Per-layer MACs of a (possibly token-pooled) ViT for one ``img_size`` image.
+
+    Returns ``rows`` (embed, block<i>, pool<i>, head; each with ``macs`` and token counts), ``tokens``
+    (sequence length entering each block, prefix included), ``embed_macs``, ``blocks_macs``,
+    ``head_macs``, ``pooling_macs``, ``total_macs`` (the source papers' per-layer formulas: embed + blocks +
+    head), ``total_macs_with_pooling`` (+ the clustering cost), ``dense_macs`` (the same model without
+    pooling: every block at the tokenizer's token count) and ``saved_fraction`` =
+    ``1 - total_macs_with_pooling / dense_macs``.
+    """
+    vit = _find_vit(model)
+    c, h, w = _input_shape(model, vit, img_size, in_chans)
+    param = next(model.parameters())
+    blocks = _blocks(vit)
+    pools = [m for m in vit.modules() if isinstance(m, TokenPooling)]
+    trace = _trace(model, vit, blocks, pools, torch.zeros(1, c, h, w, dtype=param.dtype, device=param.device))
+    tokens = trace.tokens
+
+    rows: list[dict[str, Any]] = [{"layer": "embed", "tokens": trace.embed_tokens, "macs": trace.embed_macs}]
     pool_by_block = {}
     if isinstance(vit.blocks, TokenPooledBlocks):
         pool_by_block = {i: vit.blocks.pool(i) for i in range(len(blocks)) if vit.blocks.pool(i) is not None}
     pool_index = {id(p): j for j, p in enumerate(pools)}
     blocks_total = pooling_total = dense_total = 0
-    first = tokens[0]
     for i, block in enumerate(blocks):
         row = {"layer": f"block{i}", "tokens": tokens[i], **_block_row(block, tokens[i])}
         rows.append(row)
         blocks_total += row["macs"]
-        dense_total += _block_row(block, first)["macs"]
+        dense_total += _block_row(block, tokens[0])["macs"]
         pool = pool_by_block.get(i)
-        if pool is not None and pool_index[id(pool)] in pool_shapes:
-            n_in, n_out, dim = pool_shapes[pool_index[id(pool)]]
-            if n_out < n_in:
-                macs = pooling_macs(pool.method, n_in, n_out, dim, pool.iterations)
-                rows.append(
-                    {
-                        "layer": f"pool{i}",
-                        "method": pool.method,
-                        "tokens_in": n_in,
-                        "tokens_out": n_out,
-                        "macs": macs,
-                    }
-                )
-                pooling_total += macs
+        if pool is not None and pool_index[id(pool)] in trace.pool_shapes:
+            pool_row = _pool_row(i, pool, trace.pool_shapes[pool_index[id(pool)]])
+            if pool_row is not None:
+                rows.append(pool_row)
+                pooling_total += pool_row["macs"]
     head = getattr(vit, "head", None)
     head_macs = _linear_macs_per_token(head) if isinstance(head, nn.Module) else 0
     rows.append({"layer": "head", "tokens": 1, "macs": head_macs})
-    total = rows[0]["macs"] + blocks_total + head_macs
-    dense = rows[0]["macs"] + dense_total + head_macs
+    total = trace.embed_macs + blocks_total + head_macs
+    dense = trace.embed_macs + dense_total + head_macs
     report = {
-        "unit": "MAC",
-        "img_size": [h, w],
-        "in_chans": c,
-        "rows": rows,
+        "unit": "MAC", "img_size": [h, w], "in_chans": c, "rows": rows,
         "tokens": [tokens[i] for i in range(len(blocks))],
-        "embed_macs": rows[0]["macs"],
-        "blocks_macs": blocks_total,
-        "head_macs": head_macs,
-        "pooling_macs": pooling_total,
-        "total_macs": total,
-        "total_macs_with_pooling": total + pooling_total,
-        "dense_macs": dense,
-        "saved_fraction": 1.0 - (total + pooling_total) / dense,
-    }
+        "embed_macs": trace.embed_macs, "blocks_macs": blocks_total, "head_macs": head_macs,
+        "pooling_macs": pooling_total, "total_macs": total, "total_macs_with_pooling": total + pooling_total,
+        "dense_macs": dense, "saved_fraction": 1.0 - (total + pooling_total) / dense,
+    }  # fmt: skip
     log.debug(
         "vit_flops: %.4g MACs (%.1f%% saved vs dense)",
         report["total_macs_with_pooling"],

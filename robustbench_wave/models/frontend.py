@@ -57,6 +57,15 @@ class _ZeroGradient(torch.autograd.Function):
         return grad_output.new_zeros(ctx.input_shape), None
 
 
+def is_zero_gradient_node(node: object) -> bool:
+    """True for the autograd node a blocked front-end puts in the graph (its backward is all zeros).
+
+    Lets a graph walk (``attacks.input_gradient_blocked``) recognise the node by the Function that made it
+    instead of by the name torch happens to give the node class.
+    """
+    return getattr(node, "_forward_cls", None) is _ZeroGradient
+
+
 class FixedFrontEnd(nn.Module):
     """Base class of parameter-free pre-processing whose backward rule can be switched.
 

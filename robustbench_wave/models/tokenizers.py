@@ -1,25 +1,88 @@
-"""Image tokenizers that plug into timm's ``VisionTransformer(embed_layer=...)``.
+"""Image tokenizers that plug into timm's ``VisionTransformer(embed_layer=...)``, and their registry.
 
-* :class:`OverlapPatchEmbed` -- timm's ``PatchEmbed`` (seed 002) with a kernel larger than its stride,
-  the overlapping-patch variant; the non-overlapping tokenizer is timm's ``PatchEmbed`` itself.
-* :class:`WaveletEmbed` -- the wavelet tokenizer (Zhu & Soricut 2024): the fixed
-  :class:`~robustbench_wave.wavelet.WaveletFrontEnd` followed by the learned block-sparse projection
+* ``patch`` -- timm's ``PatchEmbed`` (the standard ViT patch embedding, a strided convolution), or
+  :class:`OverlapPatchEmbed`, its variant with a kernel larger than its stride, when ``overlap > 0``.
+* ``wavelet`` -- :class:`WaveletEmbed`, the wavelet tokenizer (Zhu & Soricut 2024): the fixed
+  :class:`~robustbench_wave.models.wavelet.WaveletFrontEnd` followed by the learned block-sparse projection
   ``Q = blockdiag(Q_L, ..., Q_1)`` (one ``Linear(C_k, H_k)`` per level) and optional dense layers.
 
-Both follow the ``PatchEmbed`` constructor contract (``img_size, patch_size, in_chans, embed_dim, bias``)
-and expose ``num_patches``, ``grid_size``, ``patch_size`` and ``feat_ratio()``, as timm's hybrid embeds do.
+Every tokenizer follows the ``PatchEmbed`` constructor contract (``img_size, patch_size, in_chans,
+embed_dim, bias``) and exposes ``num_patches``, ``grid_size``, ``patch_size`` and ``feat_ratio()``, as timm's
+hybrid embeds do. To add one, write the class and register it with :func:`register_tokenizer`; the zoo's
+``tokenizer = "NAME"`` and :func:`robustbench_wave.models.vit.build_model` then find it by name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+from typing import Any, TypeVar
 
 import torch
 from timm.layers import PatchEmbed
 from torch import nn
 
 from robustbench_wave.models.wavelet import WaveletFrontEnd
+
+#: What timm's ``VisionTransformer(embed_layer=...)`` takes: a class or partial building the tokenizer.
+EmbedLayer = Callable[..., nn.Module]
+_T = TypeVar("_T")
+
+DEFAULT_PATCH_SIZE = 4
+DEFAULT_LEVELS = 2
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A registered tokenizer: how to build timm's ``embed_layer`` from a spec's ``tokenizer_args``.
+
+    ``token_size`` gives the side in pixels of the image region behind one token (timm's ``patch_size``);
+    ``normalize_input`` says whether the model normalises images with the data set's mean/std before the
+    tokenizer (the wavelet tokenizer works on [0, 1] pixels, its YCbCr offsets assume that scale).
+    """
+
+    name: str
+    embed_layer: Callable[[dict[str, Any]], EmbedLayer]
+    token_size: Callable[[dict[str, Any]], int]
+    normalize_input: bool = True
+
+
+TOKENIZERS: dict[str, Tokenizer] = {}
+
+
+def register_tokenizer(
+    name: str, *, token_size: Callable[[dict[str, Any]], int], normalize_input: bool = True
+) -> Callable[[_T], _T]:
+    """Register a tokenizer under ``name``.
+
+    Decorate either an ``nn.Module`` class (the spec's ``tokenizer_args`` become its keyword arguments) or a
+    function ``tokenizer_args -> embed_layer`` that chooses among classes.
+    """
+
+    def wrap(obj: _T) -> _T:
+        if name in TOKENIZERS:
+            raise ValueError(f"tokenizer {name!r} is already registered; choose another name")
+        build = (lambda args: partial(obj, **args)) if isinstance(obj, type) else obj
+        TOKENIZERS[name] = Tokenizer(name, build, token_size, normalize_input)  # type: ignore[arg-type]
+        return obj
+
+    return wrap
+
+
+def list_tokenizers() -> list[str]:
+    """Names a zoo spec may give as ``tokenizer``."""
+    return list(TOKENIZERS)
+
+
+def get_tokenizer(name: str) -> Tokenizer:
+    """The registered tokenizer ``name``; an unknown name says which ones exist."""
+    try:
+        return TOKENIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown tokenizer {name!r}; use one of {list_tokenizers()}") from None
 
 
 class OverlapPatchEmbed(PatchEmbed):
@@ -46,8 +109,27 @@ class OverlapPatchEmbed(PatchEmbed):
         self.overlap = overlap
 
 
-def seed_token_widths(block_sizes: Sequence[int], fine_fraction: float) -> list[int]:
-    """The seed's rule: ``H_k = C_k`` for the two coarsest levels, ``H_k = ceil(p·C_k)`` for finer ones."""
+@register_tokenizer("patch", token_size=lambda args: int(args.get("patch_size", DEFAULT_PATCH_SIZE)))
+def patch_embed_layer(tokenizer_args: dict[str, Any]) -> EmbedLayer:
+    """timm's ``PatchEmbed``, or :class:`OverlapPatchEmbed` when ``overlap`` (pixels) is positive."""
+    args = dict(tokenizer_args)
+    args.pop("patch_size", None)  # passed by the ViT as its patch_size
+    overlap = args.pop("overlap", 0)
+    if args:
+        raise ValueError(f"unknown patch tokenizer arguments: {sorted(args)}")
+    return partial(OverlapPatchEmbed, overlap=overlap) if overlap else PatchEmbed
+
+
+class TokenWidthRule(str, Enum):
+    """Named rules for the per-level token widths ``H_k`` (the ``token_widths`` value of a wavelet spec)."""
+
+    PROPORTIONAL = "proportional"
+    SOURCE_PAPER = "seed"  # the stored config value; the rule of the source paper (Zhu & Soricut 2024)
+
+
+def source_paper_token_widths(block_sizes: Sequence[int], fine_fraction: float) -> list[int]:
+    """The source paper's rule (Zhu & Soricut 2024): ``H_k = C_k`` for the two coarsest levels,
+    ``H_k = ceil(p·C_k)`` for finer ones."""
     if not 0.0 < fine_fraction <= 1.0:
         raise ValueError(f"fine_fraction p must be in (0, 1], got {fine_fraction}")
     return [c if i < 2 else math.ceil(fine_fraction * c) for i, c in enumerate(block_sizes)]
@@ -68,12 +150,16 @@ def proportional_token_widths(block_sizes: Sequence[int], total: int) -> list[in
 def resolve_token_widths(
     rule: str | Sequence[int], block_sizes: Sequence[int], embed_dim: int, fine_fraction: float
 ) -> list[int]:
+    """Per-level widths ``H_k`` from a named :class:`TokenWidthRule` or an explicit list of ints."""
     if isinstance(rule, str):
-        if rule == "proportional":
+        try:
+            named = TokenWidthRule(rule)
+        except ValueError:
+            names = " or ".join(repr(r.value) for r in TokenWidthRule)
+            raise ValueError(f"token_widths must be {names} or a list of ints, got {rule!r}") from None
+        if named is TokenWidthRule.PROPORTIONAL:
             return proportional_token_widths(block_sizes, embed_dim)
-        if rule == "seed":
-            return seed_token_widths(block_sizes, fine_fraction)
-        raise ValueError(f"token_widths must be 'proportional', 'seed' or a list of ints, got {rule!r}")
+        return source_paper_token_widths(block_sizes, fine_fraction)
     widths = [int(w) for w in rule]
     if len(widths) != len(block_sizes) or min(widths) < 1:
         raise ValueError(
@@ -97,12 +183,18 @@ class BlockSparseProjection(nn.Module):
         return torch.cat([proj(block) for proj, block in zip(self.levels, blocks)], dim=-1)
 
 
+@register_tokenizer(
+    "wavelet",
+    token_size=lambda args: int(args.get("patch_size", 2 ** args.get("levels", DEFAULT_LEVELS))),
+    normalize_input=False,
+)
 class WaveletEmbed(nn.Module):
     """Wavelet tokenizer: fixed front-end (colour, DWT, W, sparsification) + learned semantic embedding.
 
     ``patch_size`` is accepted for timm's constructor contract; the token grid is set by ``levels``
     (one token per ``2^L x 2^L`` region). When the token width ``H = Σ H_k`` differs from the body's
-    ``embed_dim`` a final ``Linear(H, embed_dim)`` adapts it (seed §5.3 treats them as separate knobs).
+    ``embed_dim`` a final ``Linear(H, embed_dim)`` adapts it (the source paper, Zhu & Soricut 2024 §5.3,
+    treats them as separate knobs).
     """
 
     def __init__(
@@ -113,12 +205,12 @@ class WaveletEmbed(nn.Module):
         embed_dim: int = 64,
         bias: bool = True,
         *,
-        levels: int = 2,
+        levels: int = DEFAULT_LEVELS,
         wavelet: str = "db1",
         zero_fraction: float = 0.8,
         exempt_approximation: bool = False,
         level_shift: bool = True,
-        token_widths: str | Sequence[int] = "proportional",
+        token_widths: str | Sequence[int] = TokenWidthRule.PROPORTIONAL.value,
         fine_fraction: float = 0.5,
         dense_layers: int = 0,
         **unused,

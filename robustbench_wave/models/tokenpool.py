@@ -1,10 +1,10 @@
 """Token Pooling: downsample the token set between the blocks of a timm ``VisionTransformer``.
 
 Marin et al., "Token Pooling in Vision Transformers for Image Classification", WACV 2023 (arXiv 2110.03860),
-seed 001; equations restored in ``docs/spec.md`` §3.  Softmax attention low-pass filters the tokens, so a
-block's outputs are redundant; pooling them lets the fully connected layers (>80% of a ViT's compute) run
-on fewer tokens.  Given the non-prefix tokens ``F`` (CLS and register tokens are always kept and never
-clustered) a pooling layer picks ``K`` tokens ``F^`` minimising ``Σ_i w_i · min_j ||f_i - f^_j||²``:
+one of the source papers; its equations are reconstructed in the shared ``spec.md`` §3.  Softmax attention
+low-pass filters the tokens, so a block's outputs are redundant; pooling them lets the fully connected layers
+(>80% of a ViT's compute) run on fewer tokens.  Given the non-prefix tokens ``F`` (CLS and register tokens
+are always kept and never clustered) a pooling layer picks ``K`` tokens ``F^`` minimising ``Σ_i w_i · min_j ||f_i - f^_j||²``:
 
 * ``kmeans`` / ``weighted-kmeans`` -- unconstrained ``F^`` (Lloyd iterations, centres = (weighted) means);
 * ``kmedoids`` / ``weighted-kmedoids`` -- ``F^ ⊂ F`` (Voronoi iterations, centres = (weighted) medoids);
@@ -53,6 +53,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from typing import Any
 
 import torch
@@ -64,9 +65,49 @@ from robustbench_wave.models.frontend import FixedFrontEnd, GradMode
 
 log = logging.getLogger(__name__)
 
-CLUSTER_METHODS = ("kmeans", "weighted-kmeans", "kmedoids", "weighted-kmedoids")
-METHODS = (*CLUSTER_METHODS, "random", "importance", "topk", "grid")
-INITS = ("topk-significance", "random")
+
+class PoolMethod(str, Enum):
+    """How a pooling layer chooses its tokens (the ``method`` of a ``[tokenpool]`` table)."""
+
+    KMEANS = "kmeans"
+    WEIGHTED_KMEANS = "weighted-kmeans"
+    KMEDOIDS = "kmedoids"
+    WEIGHTED_KMEDOIDS = "weighted-kmedoids"
+    RANDOM = "random"
+    IMPORTANCE = "importance"
+    TOPK = "topk"
+    GRID = "grid"
+
+
+class PoolInit(str, Enum):
+    """How the clustering methods pick their initial centres."""
+
+    TOPK_SIGNIFICANCE = "topk-significance"
+    RANDOM = "random"
+
+
+CLUSTER_METHODS = tuple(
+    m.value
+    for m in (
+        PoolMethod.KMEANS,
+        PoolMethod.WEIGHTED_KMEANS,
+        PoolMethod.KMEDOIDS,
+        PoolMethod.WEIGHTED_KMEDOIDS,
+    )
+)
+METHODS = tuple(m.value for m in PoolMethod)
+INITS = tuple(i.value for i in PoolInit)
+_SIGNIFICANCE_METHODS = (
+    PoolMethod.IMPORTANCE,
+    PoolMethod.TOPK,
+    PoolMethod.WEIGHTED_KMEANS,
+    PoolMethod.WEIGHTED_KMEDOIDS,
+)
+_NOISE_METHODS = (PoolMethod.RANDOM, PoolMethod.IMPORTANCE)
+_WEIGHTED_METHODS = (PoolMethod.WEIGHTED_KMEANS, PoolMethod.WEIGHTED_KMEDOIDS)
+_KMEANS_METHODS = (PoolMethod.KMEANS, PoolMethod.WEIGHTED_KMEANS)
+#: Pooling layer ``i`` of a model whose config has seed ``s`` draws its eval-mode noise from ``s * stride + i``.
+LAYER_SEED_STRIDE = 1009
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -81,11 +122,11 @@ class TokenPoolConfig:
     incoming count means "no pooling after this block" (e.g. the last block of a CLS-token classifier).
     """
 
-    method: str = "weighted-kmedoids"
+    method: str = PoolMethod.WEIGHTED_KMEDOIDS.value
     keep: tuple[int, ...] | None = None
     keep_ratio: tuple[float, ...] | None = None
     iterations: int = 3
-    init: str = "topk-significance"
+    init: str = PoolInit.TOPK_SIGNIFICANCE.value
     bpda_temperature: float = 0.1
     seed: int = 0
 
@@ -162,13 +203,13 @@ def _check_non_increasing(name: str, values: Sequence[float]) -> None:
 
 
 def _needs_significance(method: str, init: str) -> bool:
-    if method in ("importance", "topk", "weighted-kmeans", "weighted-kmedoids"):
+    if method in _SIGNIFICANCE_METHODS:
         return True
-    return method in CLUSTER_METHODS and init == "topk-significance"
+    return method in CLUSTER_METHODS and init == PoolInit.TOPK_SIGNIFICANCE
 
 
 def _needs_noise(method: str, init: str) -> bool:
-    return method in ("random", "importance") or (method in CLUSTER_METHODS and init == "random")
+    return method in _NOISE_METHODS or (method in CLUSTER_METHODS and init == PoolInit.RANDOM)
 
 
 # ------------------------------------------------------------------------------------ functional core
@@ -354,7 +395,7 @@ def pool_tokens(
     significance: torch.Tensor | None = None,
     noise: torch.Tensor | None = None,
     iterations: int = 3,
-    init: str = "topk-significance",
+    init: str = PoolInit.TOPK_SIGNIFICANCE.value,
     grid: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, ClusterResult | None]:
     """Pool (B, N, D) non-prefix tokens to (B, k, D) with ``method``; deterministic given its inputs.
@@ -374,19 +415,19 @@ def pool_tokens(
         raise ValueError(f"token pooling method {method!r} (init {init!r}) needs a noise tensor")
     if noise is not None:
         noise = noise.expand(b, n)
-    if method == "grid":
+    if method == PoolMethod.GRID:
         if grid is None:
             raise ValueError("grid pooling needs the token grid (h, w)")
         return grid_pool(x, grid, k), None
-    if method == "random":
+    if method == PoolMethod.RANDOM:
         return gather_tokens(x, topk_index(noise, k)), None
-    if method == "importance":
+    if method == PoolMethod.IMPORTANCE:
         return gather_tokens(x, importance_index(significance, noise, k)), None
-    if method == "topk":
+    if method == PoolMethod.TOPK:
         return gather_tokens(x, topk_index(significance.detach(), k)), None
-    init_index = topk_index(significance.detach() if init == "topk-significance" else noise, k)
-    weights = significance if method.startswith("weighted-") else None
-    cluster = kmeans if method.endswith("kmeans") else kmedoids
+    init_index = topk_index(significance.detach() if init == PoolInit.TOPK_SIGNIFICANCE else noise, k)
+    weights = significance if method in _WEIGHTED_METHODS else None
+    cluster = kmeans if method in _KMEANS_METHODS else kmedoids
     result = cluster(x, init_index, iterations, weights)
     return result.centers, result
 
@@ -409,7 +450,7 @@ class TokenPooling(FixedFrontEnd):
         *,
         num_prefix_tokens: int,
         iterations: int = 3,
-        init: str = "topk-significance",
+        init: str = PoolInit.TOPK_SIGNIFICANCE.value,
         bpda_temperature: float = 0.1,
         seed: int = 0,
         grid_size: tuple[int, int] | None = None,
@@ -417,7 +458,7 @@ class TokenPooling(FixedFrontEnd):
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"unknown token pooling method {method!r}; choose one of: {', '.join(METHODS)}")
-        if method == "grid" and grid_size is None:
+        if method == PoolMethod.GRID and grid_size is None:
             raise ValueError("grid pooling needs the input token grid (h, w)")
         self.method = method
         self.keep = int(keep)
@@ -477,7 +518,7 @@ class TokenPooling(FixedFrontEnd):
     ) -> torch.Tensor | None:
         if cluster is None or cluster.assignment is None:
             return None  # no smooth surrogate: bpda == exact
-        weights = significance if self.method.startswith("weighted-") else None
+        weights = significance if self.method in _WEIGHTED_METHODS else None
         if cluster.index is None:
             return soft_kmeans_step(tokens, cluster.anchors, weights, self.bpda_temperature)
         return soft_medoid_step(tokens, cluster.assignment, cluster.index, weights, self.bpda_temperature)
@@ -591,13 +632,8 @@ def _prepare_attention(block: nn.Module, index: int, method: str) -> None:
     attn.fused_attn = False  # the explicit softmax path passes the probabilities through attn_drop
 
 
-def apply_token_pooling(vit: VisionTransformer, config: TokenPoolConfig) -> VisionTransformer:
-    """Insert Token Pooling layers into a timm ``VisionTransformer`` in place and return it.
-
-    Works with any ``embed_layer`` exposing ``num_patches`` (and ``grid_size`` for grid pooling).  Prefix
-    tokens (CLS and registers, ``vit.num_prefix_tokens``) are kept and never clustered; without a CLS token
-    (``global_pool='avg'``) every token is pooled.
-    """
+def _poolable(vit: VisionTransformer) -> tuple[nn.Sequential, int]:
+    """The blocks and token count of a ViT that can take pooling layers; anything else is refused."""
     blocks = getattr(vit, "blocks", None)
     if isinstance(blocks, TokenPooledBlocks):
         raise ValueError("this ViT already has token pooling; build a fresh model to change the schedule")
@@ -612,11 +648,22 @@ def apply_token_pooling(vit: VisionTransformer, config: TokenPoolConfig) -> Visi
         raise ValueError(
             "the ViT's embed_layer must expose an integer 'num_patches' (timm's PatchEmbed contract)"
         )
+    return blocks, num_tokens
+
+
+def apply_token_pooling(vit: VisionTransformer, config: TokenPoolConfig) -> VisionTransformer:
+    """Insert Token Pooling layers into a timm ``VisionTransformer`` in place and return it.
+
+    Works with any ``embed_layer`` exposing ``num_patches`` (and ``grid_size`` for grid pooling).  Prefix
+    tokens (CLS and registers, ``vit.num_prefix_tokens``) are kept and never clustered; without a CLS token
+    (``global_pool='avg'``) every token is pooled.
+    """
+    blocks, num_tokens = _poolable(vit)
     prefix = int(getattr(vit, "num_prefix_tokens", 1))
     schedule = config.schedule(num_tokens, len(blocks))
     grid = getattr(vit.patch_embed, "grid_size", None)
     grid = (int(grid[0]), int(grid[1])) if grid is not None else None
-    if config.method == "grid" and (grid is None or grid[0] * grid[1] != num_tokens):
+    if config.method == PoolMethod.GRID and (grid is None or grid[0] * grid[1] != num_tokens):
         raise ValueError(
             f"grid pooling needs an embed_layer with a grid_size matching its {num_tokens} tokens"
         )
@@ -625,8 +672,8 @@ def apply_token_pooling(vit: VisionTransformer, config: TokenPoolConfig) -> Visi
     for i, k in enumerate(schedule):
         if k >= n:
             continue
-        layer_grid = grid if config.method == "grid" else None
-        if config.method == "grid":
+        layer_grid = grid if config.method == PoolMethod.GRID else None
+        if config.method == PoolMethod.GRID:
             grid = grid_shape(grid, k)
         if config.needs_significance:
             _prepare_attention(blocks[i], i, config.method)
@@ -637,7 +684,7 @@ def apply_token_pooling(vit: VisionTransformer, config: TokenPoolConfig) -> Visi
             iterations=config.iterations,
             init=config.init,
             bpda_temperature=config.bpda_temperature,
-            seed=config.seed * 1009 + i,
+            seed=config.seed * LAYER_SEED_STRIDE + i,
             grid_size=layer_grid,
         )
         n = k

@@ -3,24 +3,24 @@
 Every model built here takes images in [0, 1] and returns logits, so attacks measure eps in pixel units
 (RobustBench's convention).  The bodies are timm's own ``VisionTransformer`` with a custom ``embed_layer``;
 the variants are registered with ``@register_model`` so ``timm.create_model("vit_tiny_wavelet_db1_l2_32")``
-works as for any timm model.  The token width H may differ from the attention width d_model (seed §5.3)
-through timm's ``Attention(attn_head_dim=...)``.
+works as for any timm model.  The token width H may differ from the attention width d_model (the source
+paper, Zhu & Soricut 2024 §5.3) through timm's ``Attention(attn_head_dim=...)``.  Tokenizers are looked up by
+name in :mod:`robustbench_wave.models.tokenizers`' registry.
 """
 
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Any
 
 import timm
 import torch
-from timm.layers import Attention, PatchEmbed
+from timm.layers import Attention
 from timm.models import register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from robustbench_wave.models.tokenizers import OverlapPatchEmbed, WaveletEmbed
+from robustbench_wave.models.tokenizers import get_tokenizer
 from robustbench_wave.models.zoo import load_spec
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,9 @@ class Normalize(nn.Module):
 class ImageClassifier(nn.Module):
     """[0, 1] images -> logits: input check, optional normalization, then the ViT.
 
-    The wavelet tokenizer works on [0, 1] pixels (its YCbCr offsets assume that scale), so it is built
-    without normalization; the patch tokenizer gets the data set's mean/std as usual.
+    Whether the data set's mean/std normalise the input is the tokenizer's ``normalize_input``: the wavelet
+    tokenizer works on [0, 1] pixels (its YCbCr offsets assume that scale), the patch tokenizer gets the
+    usual normalization.
     """
 
     def __init__(self, body: nn.Module, in_chans: int, img_size: int, normalize: Normalize | None) -> None:
@@ -86,19 +87,6 @@ def _check_pretrained(pretrained: bool) -> None:
         )
 
 
-def _embed_layer(tokenizer: str, tokenizer_args: dict[str, Any]) -> Any:
-    args = dict(tokenizer_args)
-    if tokenizer == "wavelet":
-        return partial(WaveletEmbed, **args)
-    if tokenizer == "patch":
-        args.pop("patch_size", None)
-        overlap = args.pop("overlap", 0)
-        if args:
-            raise ValueError(f"unknown patch tokenizer arguments: {sorted(args)}")
-        return partial(OverlapPatchEmbed, overlap=overlap) if overlap else PatchEmbed
-    raise ValueError(f"unknown tokenizer {tokenizer!r}; use 'patch' or 'wavelet'")
-
-
 @register_model
 def rbw_vit(
     pretrained: bool = False,
@@ -120,7 +108,8 @@ def rbw_vit(
     for key in _TIMM_FACTORY_KWARGS:  # create_model's bookkeeping for pretrained weights, unused here
         kwargs.pop(key, None)
     tokenizer_args = dict(tokenizer_args or {})
-    patch_size = tokenizer_args.get("patch_size", 2 ** tokenizer_args.get("levels", 2))
+    entry = get_tokenizer(tokenizer)
+    patch_size = entry.token_size(tokenizer_args)
     if attn_dim is not None and attn_dim % num_heads:
         raise ValueError(f"attn_dim {attn_dim} must be divisible by num_heads {num_heads}")
     attn_layer = attention_with_width(attn_dim) if attn_dim else Attention
@@ -135,7 +124,7 @@ def rbw_vit(
         depth=depth,
         num_heads=num_heads,
         mlp_ratio=mlp_ratio,
-        embed_layer=_embed_layer(tokenizer, tokenizer_args),
+        embed_layer=entry.embed_layer(tokenizer_args),
         attn_layer=attn_layer,
         **kwargs,
     )
@@ -177,7 +166,11 @@ def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifie
         from robustbench_wave.models.tokenpool import TokenPoolConfig, apply_token_pooling
 
         body = apply_token_pooling(body, TokenPoolConfig.from_dict(spec["tokenpool"]))
-    normalize = None if spec["tokenizer"] == "wavelet" else Normalize(tuple(info.mean), tuple(info.std))
+    normalize = (
+        Normalize(tuple(info.mean), tuple(info.std))
+        if get_tokenizer(spec["tokenizer"]).normalize_input
+        else None
+    )
     model = ImageClassifier(body, info.in_chans, info.img_size, normalize)
     log.debug("built %s: %d parameters", spec.get("name", "model"), count_parameters(model))
     return model

@@ -17,9 +17,10 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from robustbench_wave.models.tokenizers import list_tokenizers
+
 ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
 BODIES_FILE = "bodies.toml"
-TOKENIZERS = ("patch", "wavelet")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -52,8 +53,10 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     spec = _read_toml(path)
     spec.setdefault("name", path.stem)
     spec.setdefault("tokenizer_args", {})
-    if spec.get("tokenizer") not in TOKENIZERS:
-        raise ValueError(f"{path}: 'tokenizer' must be one of {TOKENIZERS}, got {spec.get('tokenizer')!r}")
+    if spec.get("tokenizer") not in list_tokenizers():
+        raise ValueError(
+            f"{path}: 'tokenizer' must be one of {list_tokenizers()}, got {spec.get('tokenizer')!r}"
+        )
     body = spec.get("body", "tiny")
     if isinstance(body, str):
         bodies = load_bodies(zoo_dir)

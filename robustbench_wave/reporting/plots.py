@@ -1,9 +1,11 @@
-"""Figures for a run folder: accuracy-vs-eps curves, attack-loss curves, energy removed by sparsification.
+"""Figures of the report: accuracy-vs-eps curves, attack-loss curves, energy removed by sparsification.
 
 Carlini et al. 2019 ask for accuracy plotted against the budget (it must fall monotonically, to chance at
-large eps) and for the attack's convergence; the energy plot tests the seed paper's (Zhu & Soricut 2024)
-mechanism directly.  matplotlib's object API with the Agg canvas is used (no pyplot, no global backend
-switch), and every PNG is written atomically.
+large eps) and for the attack's convergence; the energy plot tests the mechanism claimed by the source paper
+(Zhu & Soricut 2024) directly. The numbers come from :mod:`robustbench_wave.reporting.tables` summaries (one
+run, or mean ± sd over training seeds) and from the files ``finalize_run`` left in the run folders.
+matplotlib's object API with the Agg canvas is used (no pyplot, no global backend switch), and every PNG is
+written atomically.
 """
 
 from __future__ import annotations
@@ -18,12 +20,26 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, WORST_MODE, summarize
 from robustbench_wave.io import atomic_write
+from robustbench_wave.models.frontend import GradMode
+from robustbench_wave.reporting.runs import RunFolder, combined_energy
+from robustbench_wave.reporting.tables import seed_summary
 
 log = logging.getLogger(__name__)
 
-MODE_STYLE = {"exact": "-", "blocked": ":", "bpda": "--", "worst": "-."}
+MODE_STYLE = {
+    GradMode.EXACT.value: "-",
+    GradMode.BLOCKED.value: ":",
+    GradMode.BPDA.value: "--",
+    WORST_MODE: "-.",
+}
 FIGURES_DIR = "figures"
+CAPTIONS = {
+    "accuracy": "Worst-case robust accuracy against ε",
+    "loss": "PGD loss per step (diagnostics subset)",
+    "energy": "Share of perturbation energy removed by sparsification",
+}
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -36,32 +52,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
 
 
-def accuracy_curves(records: pd.DataFrame) -> pd.DataFrame:
-    """Worst-case robust accuracy per (model, grad_mode, threat, eps) with Wilson CIs, including eps = 0
-    (clean accuracy), from the attack developer's tables (``tables.summarize``)."""
-    from robustbench_wave.reporting.tables import WORST, summarize
-
-    summary = summarize(records)
+def accuracy_curves(summary: pd.DataFrame) -> pd.DataFrame:
+    """Worst-case robust accuracy per (model, grad_mode, threat, eps) with its band, including eps = 0 (clean
+    accuracy), from a :func:`~robustbench_wave.evaluation.metrics.summarize` or ``seed_summary`` table."""
     worst = summary[summary["attack"] == WORST]
-    clean = summary[(summary["threat"] == "none")]
+    clean = summary[summary["threat"] == CLEAN_THREAT]
     frames = [worst]
     for threat in worst["threat"].unique():
         frames.append(clean.assign(threat=threat, eps=0.0))
     cols = ["model", "grad_mode", "threat", "eps", "robust_accuracy", "ci_low", "ci_high"]
     out = pd.concat(frames, ignore_index=True)[cols]
     return out.sort_values(["model", "grad_mode", "threat", "eps"]).reset_index(drop=True)
-
-
-def combine_seeds(curves: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Mean over training seeds; the band is mean ± one standard deviation (not a CI)."""
-    allc = pd.concat(curves, ignore_index=True)
-    g = allc.groupby(["model", "grad_mode", "threat", "eps"], sort=True)["robust_accuracy"]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    out["std"] = out["std"].fillna(0.0)
-    return out.rename(columns={"mean": "robust_accuracy"}).assign(
-        ci_low=lambda d: (d["robust_accuracy"] - d["std"]).clip(0, 1),
-        ci_high=lambda d: (d["robust_accuracy"] + d["std"]).clip(0, 1),
-    )
 
 
 def plot_accuracy_vs_eps(
@@ -82,7 +83,7 @@ def plot_accuracy_vs_eps(
         for (model, mode), line in grp.groupby(["model", "grad_mode"], sort=False):
             line = line.sort_values("eps")
             style = MODE_STYLE.get(str(mode), "-")
-            width = 2.4 if mode == "worst" else 1.6
+            width = 2.4 if mode == WORST_MODE else 1.6
             ax.plot(
                 line["eps"], line["robust_accuracy"], style, color=colors[model], lw=width, marker="o", ms=3,
                 label=f"{model} / {mode}",
@@ -184,3 +185,18 @@ def write_figures(
         out["energy"] = [p] if p else []
     log.info("figures written to %s", fig_dir)
     return out
+
+
+def run_figures(runs: Sequence[RunFolder], out_dir: str | Path, *, chance: float) -> dict[str, list[Path]]:
+    """The report's figures for one run (bands: Wilson intervals) or several training seeds (mean ± sd);
+    loss curves come from the first run's diagnostics, energy from every run's ``energy.csv``."""
+    summaries = [summarize(r.records) for r in runs]
+    if len(runs) == 1:
+        curves, band = accuracy_curves(summaries[0]), "95% Wilson CI"
+    else:
+        curves, band = accuracy_curves(seed_summary(summaries)), "± 1 sd over seeds"
+    histories = {d["model"]: d.get("histories", {}) for d in runs[0].diagnostics}
+    energy = combined_energy(runs)
+    return write_figures(
+        out_dir, curves=curves, histories=histories, energy=energy, chance=chance, band_label=band
+    )

@@ -1,32 +1,40 @@
-"""Comparison tables from per-example records: rows model x gradient mode, columns threat/attack x eps.
+"""Every table rendering of robust accuracy: CSV, LaTeX, terminal text and Markdown, from per-example records.
 
-Every number is recomputed from the records (never from stored summaries), so ``python -m
-robustbench_wave.report RUN_DIR`` rebuilds identical tables without re-running attacks. Cells are robust
-accuracy over all evaluated examples (clean errors count as non-robust) with a 95% Wilson interval; the
-``worst-case`` columns take, per example, the AND over clean and every attack of that threat at that eps or a
-smaller one; the ``worst`` row per model takes the AND over its gradient modes. With ``skip_broken`` (the
+The numbers come from :mod:`robustbench_wave.evaluation.metrics` (worst case, Wilson intervals); this module
+only lays them out, so ``python -m robustbench_wave.report RUN`` rebuilds identical tables without re-running
+attacks. Cells are robust accuracy over all evaluated examples (clean errors count as non-robust) with a 95%
+Wilson interval, or, over several runs (training seeds), mean ± standard deviation (:func:`seed_summary`).
+The ``worst-case`` columns take, per example, the AND over clean and every attack of that threat at that eps or
+a smaller one; the ``worst`` row per model takes the AND over its gradient modes. With ``skip_broken`` (the
 default) a column is cumulative over the suite's earlier attacks, as in AutoAttack's logs.
 
-Files: ``summary.csv`` (tidy, numeric: n, n_robust, robust_accuracy, ci_low, ci_high), ``table.csv`` (wide,
-robust accuracy as a fraction), ``table.tex`` (booktabs; percent ± half-width of the Wilson interval),
-``table_worst.tex`` (only clean and worst-case columns), ``table.txt`` (the terminal rendering) and,
-after a cross-check, ``crosscheck.csv``.
+Files (:func:`write_tables`): ``summary.csv`` (tidy, numeric: n, n_robust, robust_accuracy, ci_low, ci_high),
+``table.csv`` (wide, robust accuracy as a fraction), ``table.tex`` (booktabs; percent ± half-width of the
+Wilson interval), ``table_worst.tex`` (only clean and worst-case columns), ``table.txt`` (the terminal
+rendering) and, after a cross-check, ``crosscheck.csv``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.evaluation.metrics import WORST, example_flags, summarize_flags
-from robustbench_wave.io import atomic_write, atomic_write_text
+from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, backend_agreement, summarize
+from robustbench_wave.io import atomic_write_text
 
 ROW_KEYS = ["model", "grad_mode"]
 COL_KEYS = ["threat", "attack", "eps"]
+LATEX_THREAT = {
+    CLEAN_THREAT: "clean",
+    "Linf": r"$\ell_\infty$",
+    "L2": r"$\ell_2$",
+    "L0": r"$\ell_0$ (pixel fraction)",
+}
 
 
 def format_eps(eps: float) -> str:
@@ -40,14 +48,26 @@ def format_eps(eps: float) -> str:
     return short
 
 
-def summarize(records: pd.DataFrame) -> pd.DataFrame:
-    """Tidy numeric summary: one row per (model, grad_mode, threat, attack, eps), worst cases included."""
-    return summarize_flags(example_flags(records))
+def seed_summary(summaries: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Several runs (training seeds) in the layout of :func:`metrics.summarize`: ``robust_accuracy`` is the mean,
+    ``sd`` the standard deviation over runs (NaN for one run), ``runs`` their count, and ``ci_low``/``ci_high``
+    the band mean ∓ sd clipped to [0, 1] (a spread, not a confidence interval)."""
+    keys = [*ROW_KEYS, *COL_KEYS]
+    allsum = pd.concat(list(summaries), ignore_index=True)
+    out = allsum.groupby(keys, sort=False)["robust_accuracy"].agg(["mean", "std", "count"]).reset_index()
+    out = out.rename(columns={"mean": "robust_accuracy", "std": "sd", "count": "runs"})
+    spread = out["sd"].fillna(0.0)
+    out["ci_low"] = (out["robust_accuracy"] - spread).clip(0, 1)
+    out["ci_high"] = (out["robust_accuracy"] + spread).clip(0, 1)
+    return out
 
 
-def _ordered_pivot(summary: pd.DataFrame, values: str) -> pd.DataFrame:
+def _ordered_pivot(summary: pd.DataFrame, values: str | pd.Series) -> pd.DataFrame:
     rows = list(dict.fromkeys(zip(summary["model"], summary["grad_mode"])))
     cols = list(dict.fromkeys(zip(summary["threat"], summary["attack"], summary["eps"])))
+    if isinstance(values, pd.Series):
+        summary = summary.assign(_value=values)
+        values = "_value"
     wide = summary.pivot(index=ROW_KEYS, columns=COL_KEYS, values=values)
     return wide.reindex(
         index=pd.MultiIndex.from_tuples(rows, names=ROW_KEYS),
@@ -60,44 +80,59 @@ def comparison_table(summary: pd.DataFrame, value: str = "robust_accuracy") -> p
     return _ordered_pivot(summary, value)
 
 
-def _cell(acc: float, lo: float, hi: float, pm: str) -> str:
-    if math.isnan(acc):
+def _width(summary: pd.DataFrame) -> pd.Series:
+    """Twice what follows '±': two standard deviations of a :func:`seed_summary`, else the Wilson interval."""
+    if "sd" in summary.columns:
+        return 2 * summary["sd"]
+    return summary["ci_high"] - summary["ci_low"]
+
+
+def _cell(value: float, width: float, pm: str) -> str:
+    """'acc ± width/2' in percent; '--' for a missing value, no '±' part for a missing width."""
+    if math.isnan(value):
         return "--"
-    return f"{100 * acc:.1f}{pm}{100 * (hi - lo) / 2:.1f}"
+    return f"{100 * value:.1f}" + ("" if math.isnan(width) else f"{pm}{100 * width / 2:.1f}")
 
 
 def formatted_table(summary: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
-    """Wide table of strings 'acc ± half-width' in percent."""
+    """Wide table of strings 'acc ± half-width' in percent (a :func:`metrics.summarize` or
+    :func:`seed_summary`)."""
     acc = _ordered_pivot(summary, "robust_accuracy")
-    lo = _ordered_pivot(summary, "ci_low")
-    hi = _ordered_pivot(summary, "ci_high")
+    width = _ordered_pivot(summary, _width(summary))
     out = acc.copy().astype(object)
     for c in acc.columns:
-        out[c] = [_cell(a, b, d, pm) for a, b, d in zip(acc[c], lo[c], hi[c])]
+        out[c] = [_cell(a, w, pm) for a, w in zip(acc[c], width[c])]
     out.columns = pd.MultiIndex.from_tuples(
         [(t, a, format_eps(e)) for t, a, e in acc.columns], names=COL_KEYS
     )
     return out
 
 
+def by_column(table: pd.DataFrame, sep: str = "/") -> pd.DataFrame:
+    """A :func:`formatted_table` transposed for reading (the table is wide): one row per threat/attack/eps
+    (threat and eps blank on the clean row), one column per ``model{sep}grad_mode``."""
+    out = table.T
+    out.columns = [f"{m}{sep}{g}" for m, g in out.columns]
+    out.index = pd.MultiIndex.from_tuples(
+        [(t, a, e) if t != CLEAN_THREAT else ("", a, "") for t, a, e in out.index], names=COL_KEYS
+    )
+    return out
+
+
 def worst_case_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Only clean accuracy and the per-threat worst case: the headline numbers."""
-    return summary[(summary["threat"] == "none") | (summary["attack"] == WORST)].reset_index(drop=True)
+    keep = (summary["threat"] == CLEAN_THREAT) | (summary["attack"] == WORST)
+    return summary[keep].reset_index(drop=True)
 
 
 def render_terminal(summary: pd.DataFrame, title: str = "") -> str:
-    """Readable text: the full table transposed (one line per threat/attack/eps, one column per model/mode,
-    since the table is wide), then the headline worst case with one row per model/mode."""
-    table = formatted_table(summary).T
-    table.columns = [f"{m}/{g}" for m, g in table.columns]
-    table.index = pd.MultiIndex.from_tuples(
-        [(t if t != "none" else "", a, e if t != "none" else "") for t, a, e in table.index]
-    )
+    """Readable text: the full table by column (:func:`by_column`), then the headline worst case with one row
+    per model/mode."""
     head = formatted_table(worst_case_summary(summary))
-    head.columns = [("clean" if t == "none" else f"{t} {e}") for t, _, e in head.columns]
+    head.columns = [("clean" if t == CLEAN_THREAT else f"{t} {e}") for t, _, e in head.columns]
     head.index = [f"{m}/{g}" for m, g in head.index]
     lines = [title] if title else []
-    lines.append(table.to_string(sparsify=True))
+    lines.append(by_column(formatted_table(summary)).rename_axis([None] * 3).to_string(sparsify=True))
     lines.append("")
     lines.append("worst case over the whole suite (per example; 'worst' rows: over gradient modes too):")
     lines.append(head.to_string())
@@ -107,12 +142,20 @@ def render_terminal(summary: pd.DataFrame, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-LATEX_THREAT = {
-    "none": "clean",
-    "Linf": r"$\ell_\infty$",
-    "L2": r"$\ell_2$",
-    "L0": r"$\ell_0$ (pixel fraction)",
-}
+def markdown_table(df: pd.DataFrame, index: bool = False) -> str:
+    """A GitHub Markdown table (no extra dependency); floats in 4 significant digits, '|' in cells escaped."""
+    if index:
+        df = df.reset_index()
+    cols = [str(c) for c in df.columns]
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            v = "" if math.isnan(v) else f"{v:.4g}"
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
 
 
 def _latex_escape(text: str) -> str:
@@ -131,8 +174,7 @@ def to_latex(summary: pd.DataFrame, caption: str = "", label: str = "tab:robustn
         [(LATEX_THREAT.get(t, _latex_escape(t)), _latex_escape(a), e) for t, a, e in table.columns],
         names=["threat", "attack", r"$\epsilon$"],
     )
-    styler = table.style
-    return styler.to_latex(
+    return table.style.to_latex(
         column_format="ll" + "r" * table.shape[1],
         hrules=True,
         multicol_align="c",
@@ -143,33 +185,20 @@ def to_latex(summary: pd.DataFrame, caption: str = "", label: str = "tab:robustn
     )
 
 
-def crosscheck_table(records: pd.DataFrame, cross: pd.DataFrame) -> pd.DataFrame:
-    """Backend agreement on identical points: robust accuracy of each backend on the points both attacked."""
-    key = ["model", "grad_mode", "attack", "eps", "example_id"]
-    prim = records.loc[records["attacked"], [*key, "backend", "correct"]]
-    other = cross.loc[cross["attacked"], [*key, "backend", "correct"]]
-    both = other.merge(prim, on=key, suffixes=("", "_primary"))
-    rows = []
-    for (model, mode, attack, eps, backend), g in both.groupby(
-        ["model", "grad_mode", "attack", "eps", "backend"], sort=False
-    ):
-        acc_o, acc_p = float(g["correct"].mean()), float(g["correct_primary"].mean())
-        rows.append(
-            {
-                "model": model,
-                "grad_mode": mode,
-                "attack": attack,
-                "eps": float(eps),
-                "primary_backend": g["backend_primary"].iloc[0],
-                "backend": backend,
-                "n_points": len(g),
-                "robust_accuracy_primary": acc_p,
-                "robust_accuracy_backend": acc_o,
-                "difference": acc_o - acc_p,
-                "n_disagree": int((g["correct"] != g["correct_primary"]).sum()),
-            }
-        )
-    return pd.DataFrame(rows)
+def table_title(records: pd.DataFrame, meta: dict[str, Any] | None = None) -> str:
+    """One line naming the data, n, the suite and how the attack columns were computed."""
+    datasets = ", ".join(dict.fromkeys(records["dataset"].astype(str)))
+    n = records["example_id"].nunique()
+    suite = (meta or {}).get("suite", {}).get("name", "")
+    skip = (meta or {}).get("settings", {}).get("skip_broken")
+    parts = [f"Robust accuracy on {datasets} (n = {n})"]
+    if suite:
+        parts.append(f"suite {suite}")
+    if skip is True:
+        parts.append("attack columns cumulative in suite order")
+    elif skip is False:
+        parts.append("attack columns: each attack alone")
+    return "; ".join(parts)
 
 
 def _csv_text(df: pd.DataFrame, index: bool) -> str:
@@ -187,49 +216,29 @@ def write_tables(
     out_dir = Path(out_dir)
     summary = summarize(records)
     title = table_title(records, meta)
-    paths = {
-        "summary": atomic_write_text(out_dir / "summary.csv", _csv_text(summary, index=False)),
-        "table": atomic_write_text(out_dir / "table.csv", _csv_text(comparison_table(summary), index=True)),
-        "latex": atomic_write_text(out_dir / "table.tex", to_latex(summary, caption=title)),
-        "latex_worst": atomic_write_text(
-            out_dir / "table_worst.tex",
-            to_latex(
-                worst_case_summary(summary), caption=f"{title}; worst case", label="tab:robustness-worst"
-            ),
-        ),
-        "text": atomic_write_text(out_dir / "table.txt", render_terminal(summary, title=title)),
+    worst = to_latex(
+        worst_case_summary(summary), caption=f"{title}; worst case", label="tab:robustness-worst"
+    )
+    texts = {
+        "summary": ("summary.csv", _csv_text(summary, index=False)),
+        "table": ("table.csv", _csv_text(comparison_table(summary), index=True)),
+        "latex": ("table.tex", to_latex(summary, caption=title)),
+        "latex_worst": ("table_worst.tex", worst),
+        "text": ("table.txt", render_terminal(summary, title=title)),
     }
     if cross is not None and len(cross):
-        xt = crosscheck_table(records, cross)
-        paths["crosscheck"] = atomic_write(
-            out_dir / "crosscheck.csv", lambda tmp: xt.to_csv(tmp, index=False, lineterminator="\n")
-        )
-    return paths
-
-
-def table_title(records: pd.DataFrame, meta: dict[str, Any] | None = None) -> str:
-    datasets = ", ".join(dict.fromkeys(records["dataset"].astype(str)))
-    n = records["example_id"].nunique()
-    suite = (meta or {}).get("suite", {}).get("name", "")
-    skip = (meta or {}).get("settings", {}).get("skip_broken")
-    parts = [f"Robust accuracy on {datasets} (n = {n})"]
-    if suite:
-        parts.append(f"suite {suite}")
-    if skip is True:
-        parts.append("attack columns cumulative in suite order")
-    elif skip is False:
-        parts.append("attack columns: each attack alone")
-    return "; ".join(parts)
+        texts["crosscheck"] = ("crosscheck.csv", _csv_text(backend_agreement(records, cross), index=False))
+    return {key: atomic_write_text(out_dir / name, text) for key, (name, text) in texts.items()}
 
 
 __all__ = [
-    "WORST",
+    "by_column",
     "comparison_table",
-    "crosscheck_table",
     "format_eps",
     "formatted_table",
+    "markdown_table",
     "render_terminal",
-    "summarize",
+    "seed_summary",
     "table_title",
     "to_latex",
     "worst_case_summary",

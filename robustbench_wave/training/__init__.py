@@ -1,1 +1,7 @@
-"""training."""
+"""Training: one shared recipe for every zoo model, with checkpoints that resume bit-identically.
+
+This package owns the recipe and the epoch loop (:mod:`.engine`), training one model for one seed with
+resume and reuse (:mod:`.runner`, configured by a :class:`~.runner.TrainConfig`), the checkpoint files
+(:mod:`.checkpoint`: safetensors + JSON, verified when read) and the summary table (:mod:`.summary`).
+The command line is :mod:`robustbench_wave.train`.
+"""

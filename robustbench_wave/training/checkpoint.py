@@ -21,7 +21,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from robustbench_wave.data import DatasetInfo, dataset_info
 from robustbench_wave.io import atomic_write, atomic_write_json, sha256_file
+from robustbench_wave.models.vit import build_model
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +91,6 @@ def load_trained(
 
     ``dataset`` is the data set spec used for training (e.g. ``fashion-mnist``) or its slug.
     """
-    from robustbench_wave.data import DatasetInfo
-    from robustbench_wave.models.vit import build_model
-
     directory = run_dir(results_dir, _dataset_slug(dataset), name, seed)
     config = read_config(directory)
     if "final" not in config:
@@ -117,8 +116,6 @@ def load_trained(
 
 def _dataset_slug(dataset: str) -> str:
     """Accept a data set spec (``fashion-mnist``, ``imagefolder:PATH``) or the slug of its result folder."""
-    from robustbench_wave.data import dataset_info
-
     try:
         return dataset_info(dataset).slug
     except ValueError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robustbench_wave.attacks.suite import Suite, parse_suite
+from robustbench_wave.attacks import Suite, parse_suite
 from robustbench_wave.models.frontend import FixedFrontEnd
 
 
@@ -41,6 +41,24 @@ def small_cnn(seed: int = 0, n_classes: int = 3) -> nn.Module:
         nn.Linear(4 * 4 * 4, n_classes),
     )
     return net.eval()
+
+
+class TinyPatchEmbed(nn.Module):
+    """Non-overlapping patch tokens exposing ``patch_size`` as timm's ``PatchEmbed`` does."""
+
+    def __init__(self, patch: int = 2, dim: int = 4) -> None:
+        super().__init__()
+        self.patch_size = (patch, patch)
+        self.proj = nn.Conv2d(1, dim, patch, stride=patch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x - 0.5)  # centred, so uniform toy data does not fall into one class
+
+
+def patch_model(seed: int = 0, n_classes: int = 3) -> nn.Module:
+    """A miniature patch-tokenizer classifier: every attack (incl. ``level = "auto"``) runs on it."""
+    torch.manual_seed(seed)
+    return nn.Sequential(TinyPatchEmbed(), nn.Tanh(), nn.Flatten(), nn.Linear(4 * 4 * 4, n_classes)).eval()
 
 
 def labelled(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -111,9 +129,7 @@ def tiny_suite() -> Suite:
                     "steps": 2,
                     "rel_step_size": 0.5,
                 },
+                {"name": "lowfreq", "family": "lowfreq-pgd", "threat": "Linf", "steps": 2, "level": 1},
             ],
         }
     )
-
-
-# ------------------------------------------------------------------------------- checks of the fixtures

@@ -9,9 +9,17 @@ Data: 1x8x8 images, 4 classes; class k brightens quadrant k by ``CONTRAST`` over
 * :class:`NoisyQuadrant` -- Gaussian noise injected in eval mode (a randomized defence: needs EOT).
 * :class:`QuantizerFrontEnd` / :func:`masked_front_end_model` -- the quantizer as a FixedFrontEnd whose
   smooth (BPDA) transform is the un-quantized mean, so grad modes exact/blocked are masked and bpda is not.
+
+Records: :func:`attack_rows` (one attack's rows) and :func:`synthetic_records` (nested robust sets).
+:data:`CHECK_CASES` gives every registered diagnostic a planted input that makes it fire and an honest one
+that passes; ``tests/test_diagnostics.py`` demands one for every check in the registry.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustbench_wave.analysis.checks import CheckInputs
 from robustbench_wave.models.frontend import FixedFrontEnd
 
 CONTRAST = 0.16
@@ -95,7 +104,7 @@ def masked_front_end_model() -> FrontEndModel:
 
 
 class WaveletQuadrant(nn.Module):
-    """The lead's WaveletFrontEnd (db1, L=2, half of W zeroed, approximation exempt) + a fixed head.
+    """The package's WaveletFrontEnd (db1, L=2, half of W zeroed, approximation exempt) + a fixed head.
 
     On 8x8 images the four tokens are the four quadrants and a token's approximation coefficient is
     4 x the quadrant mean, so with the approximation always kept this model computes exactly
@@ -117,8 +126,8 @@ class WaveletQuadrant(nn.Module):
 def synthetic_records(
     model: str, robust: dict[tuple[str, str, str, str], int], *, n: int = 100, eps: float = 0.1
 ) -> pd.DataFrame:
-    """Contract-schema records in which, for each (grad_mode, attack, family, kind), the first ``k`` examples
-    stay robust (so the per-example worst case is the minimum).  Clean rows are added for every mode."""
+    """Records (the evaluation's schema) in which, for each (grad_mode, attack, family, kind), the first
+    ``k`` examples stay robust (so the per-example worst case is the minimum). Clean rows for every mode."""
     modes = sorted({m for m, *_ in robust})
     frames = []
     entries = [(m, "clean", "clean", "clean", n) for m in modes] + [(*key, k) for key, k in robust.items()]
@@ -170,3 +179,133 @@ def baseline_spec(pgd: int = 4, square: int = 30):
         ("exact", "square", "square", "black-box"): square,
         ("exact", "noise_sign", "noise", "noise"): 95,
     }
+
+
+# ------------------------------------------------------------------------------------ per-check test cases
+def attack_rows(
+    attack: str,
+    family: str,
+    kind: str,
+    eps: float,
+    correct: Sequence[bool],
+    attacked: Sequence[bool] | None = None,
+    mode: str = "exact",
+    last: Sequence[bool | None] | None = None,
+) -> pd.DataFrame:
+    """One attack's records of model "m" at one Linf eps (clean rows for family "clean")."""
+    n = len(correct)
+    return pd.DataFrame(
+        {
+            "model": "m",
+            "dataset": "d",
+            "grad_mode": mode,
+            "attack": attack,
+            "family": family,
+            "kind": kind,
+            "threat": "none" if family == "clean" else "Linf",
+            "eps": eps,
+            "backend": "builtin",
+            "example_id": np.arange(n),
+            "label": 0,
+            "pred": 0,
+            "correct": np.asarray(correct, dtype=bool),
+            "norm": eps,
+            "attacked": np.ones(n, bool) if attacked is None else np.asarray(attacked, dtype=bool),
+            "correct_last": pd.array([None] * n if last is None else list(last), dtype="boolean"),
+            "loss_final": np.nan,
+        }
+    )
+
+
+def clean_rows(n: int = 10, mode: str = "exact") -> pd.DataFrame:
+    return attack_rows("clean", "clean", "clean", 0.0, [True] * n, mode=mode)
+
+
+def _pgd(eps: float, correct: Sequence[bool], **kw: Any) -> pd.DataFrame:
+    return attack_rows("pgd", "pgd", "white-box", eps, correct, **kw)
+
+
+def _records(*frames: pd.DataFrame) -> CheckInputs:
+    return CheckInputs(records=pd.concat([clean_rows(), *frames], ignore_index=True))
+
+
+def _mode_gap_records() -> CheckInputs:
+    """Blocked gradients keep 80%; BPDA keeps 10% and Square 40%: masked for 'blocked', honest for 'bpda'."""
+    clean = pd.concat([clean_rows(mode=m) for m in ("blocked", "bpda")])
+    blocked = _pgd(0.1, [True] * 8 + [False] * 2, mode="blocked")
+    bpda = _pgd(0.1, [True] * 1 + [False] * 9, mode="bpda")
+    square = pd.concat(
+        [
+            attack_rows("square", "square", "black-box", 0.1, [True] * 4 + [False] * 6, mode=m)
+            for m in ("blocked", "bpda")
+        ]
+    )
+    return CheckInputs(records=pd.concat([clean, blocked, bpda, square], ignore_index=True))
+
+
+def _on_model(
+    model_cls: type[nn.Module], n: int = 16, eps: float = 0.15, steps: int = 4
+) -> Callable[[], CheckInputs]:
+    def build() -> CheckInputs:
+        x, y = quadrant_data(n)
+        return CheckInputs(model=model_cls().eval(), x=x, y=y, num_classes=NUM_CLASSES, eps=eps, steps=steps)
+
+    return build
+
+
+_FGSM_BREAKS_0_1 = attack_rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
+_NOISE_BREAKS_0_1 = attack_rows("noise_sign", "noise", "noise", 0.1, [False, False] + [True] * 8)
+
+
+@dataclass(frozen=True)
+class CheckCase:
+    """A check's planted case (it must fail) and honest case (it must pass), each judged under a mode;
+    ``params`` override the check's thresholds/settings (kept small so the tests stay fast)."""
+
+    fire: Callable[[], CheckInputs]
+    honest: Callable[[], CheckInputs]
+    fire_mode: str | None = "exact"
+    honest_mode: str | None = "exact"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+CHECK_CASES: dict[str, CheckCase] = {
+    # FGSM breaks examples 0-1 which PGD misses (2 of 10), vs PGD breaking everything FGSM breaks
+    "iterative_beats_single_step": CheckCase(
+        fire=lambda: _records(_FGSM_BREAKS_0_1, _pgd(0.1, [True, True] + [False] * 4 + [True] * 4)),
+        honest=lambda: _records(_FGSM_BREAKS_0_1, _pgd(0.1, [False] * 6 + [True] * 4)),
+    ),
+    # accuracy 30% -> 60% from eps 0.1 to 0.2, vs 60% -> 30%
+    "eps_monotone": CheckCase(
+        fire=lambda: _records(_pgd(0.1, [True] * 3 + [False] * 7), _pgd(0.2, [True] * 6 + [False] * 4)),
+        honest=lambda: _records(_pgd(0.1, [True] * 6 + [False] * 4), _pgd(0.2, [True] * 3 + [False] * 7)),
+    ),
+    "whitebox_beats_blackbox": CheckCase(
+        fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
+    ),
+    # noise breaks examples 0-1 which the white-box attack holds, vs the white-box attack breaking them too
+    "whitebox_beats_noise": CheckCase(
+        fire=lambda: _records(_NOISE_BREAKS_0_1, _pgd(0.1, [True] * 10)),
+        honest=lambda: _records(_NOISE_BREAKS_0_1, _pgd(0.1, [False] * 4 + [True] * 6)),
+    ),
+    "gradient_mode_gap": CheckCase(
+        fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
+    ),
+    # example 9's last iterate was misclassified yet the record says robust, vs silent successes counted
+    "best_vs_last_iterate": CheckCase(
+        fire=lambda: _records(_pgd(0.1, [False] * 5 + [True] * 5, last=[False] * 10)),
+        honest=lambda: _records(
+            _pgd(0.1, [False] * 5 + [True] * 5, last=[True] * 3 + [False] * 2 + [True] * 5)
+        ),
+    ),
+    "large_eps_to_chance": CheckCase(
+        fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear), params={"steps": 5}
+    ),
+    "attack_convergence": CheckCase(
+        fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear), params={"more": 2}
+    ),
+    "gradient_health": CheckCase(fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear)),
+    "deterministic": CheckCase(
+        fire=_on_model(NoisyQuadrant), honest=_on_model(QuadrantLinear), fire_mode=None, honest_mode=None
+    ),
+}

@@ -1,0 +1,256 @@
+"""The checks that run the model on the diagnostics subset (Carlini et al. 2019; Athalye et al. 2018).
+
+They attack or differentiate the model themselves: PGD at a budget large enough to erase the image, more
+steps and restarts of the suite's own PGD engine (:func:`robustbench_wave.attacks.pgd_with_history`), the
+health of input gradients, and whether two forward passes agree (else attacks need EOT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from robustbench_wave.attacks import Threat, attack_mode, input_gradient, mode_context, pgd_with_history
+from robustbench_wave.models.frontend import GradMode
+
+from .base import Check, CheckInputs, CheckResult, Reads, register_check
+
+LINF = Threat.LINF.value
+REL_STEP = 2.5  # PGD step size relative to eps / steps (Madry et al. 2018)
+
+
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((model(x).argmax(1) == y).float().mean())
+
+
+@register_check
+@dataclass(frozen=True)
+class LargeEpsToChance(Check):
+    """At Linf eps = 0.5 every image can become mid-grey, so accuracy must reach chance or below.
+
+    A failure means the attack cannot find adversarial examples that certainly exist: gradient masking or a
+    broken attack.
+    """
+
+    name: ClassVar[str] = "large_eps_to_chance"
+    reads: ClassVar[Reads] = Reads.MODEL
+    eps: float = 0.5  # Linf budget that must bring accuracy to chance
+    steps: int = 20  # PGD steps at that budget
+    slack: float = 0.05  # accuracy allowed above 1 / num_classes
+
+    def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
+        model, x, y = inputs.subset()
+        if inputs.num_classes < 2:
+            raise ValueError("large_eps_to_chance needs CheckInputs(num_classes=...) >= 2")
+        mode = mode or GradMode.EXACT.value
+        with attack_mode(model), mode_context(model, mode):
+            step = REL_STEP * self.eps / self.steps
+            x_adv, _ = pgd_with_history(
+                model, x, y, eps=self.eps, norm=LINF, steps=self.steps, step_size=step, seed=inputs.seed
+            )
+            acc = _accuracy(model, x_adv, y)
+        chance = 1.0 / inputs.num_classes
+        numbers = {"eps": self.eps, "accuracy": acc, "chance": chance, "slack": self.slack, "n": len(x)}
+        passed = acc <= chance + self.slack
+        meaning = (
+            f"a Linf {self.eps} attack brings accuracy to chance or below"
+            if passed
+            else f"even at Linf {self.eps} (enough to erase the image) accuracy stays above chance: the attack "
+            "cannot find adversarial examples that certainly exist -- gradient masking or a broken attack"
+        )
+        return CheckResult(self.name, passed, numbers, meaning, mode)
+
+
+def loss_convergence(
+    history: Sequence[float], flat_tol: float = 0.05, min_gain: float = 1e-6
+) -> dict[str, Any]:
+    """Has a PGD loss curve flattened?  Compares the mean of the last fifth of the steps with the fifth
+    before it, relative to the total rise (max - first)."""
+    h = np.asarray(history, dtype=float)
+    if len(h) < 4 or not np.all(np.isfinite(h)):
+        return {"converged": False, "finite": bool(np.all(np.isfinite(h))), "total_gain": float("nan")}
+    k = max(1, len(h) // 5)
+    total = float(h.max() - h[0])
+    late = float(h[-k:].mean() - h[-2 * k : -k].mean())
+    progressed = total > min_gain
+    ratio = late / total if progressed else 0.0
+    return {
+        "converged": ratio <= flat_tol,
+        "progressed": progressed,
+        "total_gain": total,
+        "late_gain_ratio": ratio,
+    }
+
+
+@register_check
+@dataclass(frozen=True)
+class AttackConvergence(Check):
+    """``more`` x steps and ``more`` restarts of the suite's PGD must not raise robust accuracy, and the
+    longest run's loss must have risen and flattened (Carlini et al. 2019).
+
+    A failure means the reported accuracy is not the attack's limit: the attack is unstable, got no gradient
+    signal, or needs more steps. The loss curves go to ``CheckInputs.histories`` as ``"<mode>:<run>"``.
+    """
+
+    name: ClassVar[str] = "attack_convergence"
+    reads: ClassVar[Reads] = Reads.MODEL
+    more: int = 4  # factor of extra steps, and number of restarts
+    more_effort_tol: float = 0.05  # accuracy allowed to rise with more steps or restarts
+    loss_flat_tol: float = 0.05  # late loss gain / total gain that still counts as converged
+    min_loss_gain: float = 1e-6  # a loss that never rises means the attack got no signal
+
+    def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
+        model, x, y = inputs.subset()
+        mode, eps, steps, more = mode or GradMode.EXACT.value, inputs.eps, inputs.steps, self.more
+        runs = {"base": (steps, 1), "more_steps": (steps * more, 1), "more_restarts": (steps, more)}
+        acc: dict[str, float] = {}
+        with attack_mode(model), mode_context(model, mode):
+            for run, (n_steps, restarts) in runs.items():
+                x_adv, history = pgd_with_history(
+                    model,
+                    x,
+                    y,
+                    eps=eps,
+                    norm=LINF,
+                    steps=n_steps,
+                    step_size=REL_STEP * eps / n_steps,
+                    restarts=restarts,
+                    seed=inputs.seed,
+                )
+                acc[run] = _accuracy(model, x_adv, y)
+                inputs.histories[f"{mode}:{run}"] = [float(v) for v in torch.as_tensor(history).flatten()]
+        conv = loss_convergence(
+            inputs.histories[f"{mode}:more_steps"], self.loss_flat_tol, self.min_loss_gain
+        )
+        numbers: dict[str, Any] = {
+            "eps": eps,
+            "acc_base": acc["base"],
+            f"acc_{more}x_steps": acc["more_steps"],
+            f"acc_{more}_restarts": acc["more_restarts"],
+            "loss_gain": conv["total_gain"],
+            "late_gain_ratio": conv.get("late_gain_ratio", float("nan")),
+        }
+        problems = []
+        if max(acc["more_steps"], acc["more_restarts"]) > acc["base"] + self.more_effort_tol:
+            problems.append("more steps or restarts raise robust accuracy (the attack is unstable)")
+        if not conv.get("progressed", False):
+            problems.append("the attack loss never rose: the attack received no gradient signal")
+        elif not conv["converged"]:
+            problems.append("the loss was still rising in the last steps: use more steps")
+        meaning = (
+            "; ".join(problems) + " -- the reported accuracy is not the attack's limit (Carlini et al. 2019)"
+            if problems
+            else "more steps and restarts do not help the model and the loss has converged"
+        )
+        return CheckResult(self.name, not problems, numbers, meaning, mode)
+
+
+@register_check
+@dataclass(frozen=True)
+class GradientHealth(Check):
+    """Input gradients must be finite and non-zero, and outputs must be logits, not probabilities.
+
+    The margin loss (Carlini & Wagner) is used for the zero test because it never saturates; the share of
+    examples whose *cross-entropy* gradient underflows to zero (saturated softmax) is reported as well. A
+    failure means gradient-based attacks are blind here: shattered or blocked gradients (Athalye et al. 2018).
+    """
+
+    name: ClassVar[str] = "gradient_health"
+    reads: ClassVar[Reads] = Reads.MODEL
+    zero_tol: float = 0.10  # share of examples with an all-zero input gradient
+
+    def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
+        model, x, y = inputs.subset()
+        mode = mode or GradMode.EXACT.value
+        with attack_mode(model), mode_context(model, mode):
+            g_margin, logits = input_gradient(model, x, y, loss="margin")
+            g_ce, _ = input_gradient(model, x, y, loss="ce")
+        numbers = self._measure(g_margin, g_ce, logits)
+        problems = []
+        if numbers["zero_grad_share"] > self.zero_tol:
+            problems.append(
+                f"{numbers['zero_grad_share']:.0%} of examples have an all-zero input gradient "
+                "(shattered/blocked gradients)"
+            )
+        if numbers["nan_grad_share"] > 0 or numbers["inf_grad_share"] > 0:
+            problems.append("NaN/Inf input gradients")
+        if numbers["outputs_are_probabilities"]:
+            problems.append(
+                "the model outputs probabilities, not logits: CE on them saturates (apply attacks to logits)"
+            )
+        meaning = (
+            "; ".join(problems) + " -- gradient-based attacks are blind here (Athalye et al. 2018)"
+            if problems
+            else "input gradients are finite and informative, outputs are logits"
+        )
+        if not problems and numbers["ce_saturated_share"] > self.zero_tol:
+            meaning += (
+                f"; note: {numbers['ce_saturated_share']:.0%} of CE gradients underflow (saturated softmax) "
+                "-- use a margin/DLR loss"
+            )
+        return CheckResult(self.name, not problems, numbers, meaning, mode)
+
+    def _measure(self, g_margin: torch.Tensor, g_ce: torch.Tensor, logits: torch.Tensor) -> dict[str, Any]:
+        flat = g_margin.flatten(1)
+        ones = torch.ones_like(logits[:, 0])
+        in_unit = bool(((logits >= 0) & (logits <= 1)).all())
+        return {
+            "zero_grad_share": float((flat.abs().amax(1) == 0).float().mean()),
+            "nan_grad_share": float(torch.isnan(flat).any(1).float().mean()),
+            "inf_grad_share": float(torch.isinf(flat).any(1).float().mean()),
+            "ce_saturated_share": float((g_ce.flatten(1).abs().amax(1) == 0).float().mean()),
+            "outputs_are_probabilities": in_unit and bool(torch.allclose(logits.sum(1), ones, atol=1e-3)),
+            "outputs_are_log_probabilities": bool(
+                torch.allclose(torch.logsumexp(logits, 1), torch.zeros_like(ones), atol=1e-3)
+            ),
+            "tolerance": self.zero_tol,
+        }
+
+
+@register_check
+@dataclass(frozen=True)
+class Deterministic(Check):
+    """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes.
+
+    A failure means the model is randomized in eval mode: single-draw gradients are noisy, so attacks must
+    use EOT (expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws.
+    """
+
+    name: ClassVar[str] = "deterministic"
+    reads: ClassVar[Reads] = Reads.MODEL
+    per_mode: ClassVar[bool] = False
+    rtol: float = 1e-4  # relative logit difference between two forwards
+
+    def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
+        model, x, y = inputs.subset()
+        was_training = model.training
+        with attack_mode(model):
+            with torch.no_grad():
+                a = model(x)
+                b = model(x)
+            ga, _ = input_gradient(model, x, y, loss="margin")
+            gb, _ = input_gradient(model, x, y, loss="margin")
+        logit_diff = float((a - b).abs().max()) / float(a.abs().max().clamp_min(1.0))
+        grad_diff = float((ga - gb).abs().max()) / float(ga.abs().max().clamp_min(1e-12))
+        numbers = {
+            "max_rel_logit_diff": logit_diff,
+            "max_rel_grad_diff": grad_diff,
+            "pred_agreement": float((a.argmax(1) == b.argmax(1)).float().mean()),
+            "handed_over_in_train_mode": was_training,
+        }
+        passed = logit_diff <= self.rtol and grad_diff <= max(self.rtol, 1e-3)
+        meaning = (
+            "deterministic in eval mode"
+            if passed
+            else "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
+            "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws"
+        )
+        if was_training:
+            meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"
+        return CheckResult(self.name, passed, numbers, meaning, None)

@@ -1,0 +1,289 @@
+"""The checks computed from per-example records (Carlini et al. 2019; Athalye et al. 2018; Croce & Hein 2020).
+
+Each compares, per example, what different attacks of one run did: a weaker attack (single-step, random
+noise, gradient-free, another gradient mode) must never break a point the stronger white-box attack held,
+accuracy must never rise with the budget, and a point broken at any iterate must count as broken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from robustbench_wave.attacks import AttackKind
+from robustbench_wave.evaluation.metrics import robust_accuracy
+
+from .base import CheckResult, RecordCheck, register_check
+from .compare import (
+    RECORD_THREATS,
+    Pairing,
+    attacked_eps,
+    check_records,
+    compare_groups,
+    iterative_families,
+    mode_view,
+    pairwise_result,
+)
+
+WHITE_BOX = AttackKind.WHITE_BOX.value
+GRADIENT_FREE_KINDS = (AttackKind.BLACK_BOX.value, AttackKind.TRANSFER.value)
+UNCONSTRAINED_ITERATIVE = ("pgd", "apgd")  # iterative attacks free to use the whole ball
+SINGLE_STEP = ("fgsm",)
+
+
+@register_check
+@dataclass(frozen=True)
+class IterativeBeatsSingleStep(RecordCheck):
+    """PGD/APGD must break every point FGSM breaks (Carlini et al. 2019 §5.1).
+
+    A failure means the iterative attack is not following the gradient (bad step size, or a masked or noisy
+    loss surface), so the reported robust accuracy is over-estimated. Numbers: violations / compared per
+    (threat, eps) and the worst share.
+    """
+
+    name: ClassVar[str] = "iterative_beats_single_step"
+    tol: float = 0.02  # share of compared points FGSM breaks but the iterative attack holds
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        rows = mode_view(check_records(records), mode)
+        own = rows["grad_mode"] == mode
+        return pairwise_result(
+            self.name,
+            rows,
+            mode,
+            rows["family"].isin(UNCONSTRAINED_ITERATIVE) & own,
+            rows["family"].isin(SINGLE_STEP) & own,
+            self.tol,
+            Pairing(
+                "FGSM and an iterative attack",
+                "single-step FGSM breaks points that iterative PGD misses: the iterative attack is not "
+                "following the gradient (bad step size, or a masked/noisy loss surface) -- robust accuracy "
+                "is over-estimated",
+                "iterative attacks break every point single-step FGSM breaks",
+            ),
+        )
+
+
+@register_check
+@dataclass(frozen=True)
+class EpsMonotone(RecordCheck):
+    """No attack's accuracy may rise with eps: a larger ball contains the smaller one.
+
+    A failure means the attack misses adversarial points that certainly exist (gradient masking or a broken
+    attack). Needs the benchmark's records at two or more budgets, so it never falls back to the subset.
+    """
+
+    name: ClassVar[str] = "eps_monotone"
+    subset_fallback: ClassVar[bool] = False
+    tol: float = 0.01  # largest allowed rise of an attack's accuracy from one budget to the next
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        rows = mode_view(check_records(records), mode)
+        rows = rows[rows["eps"] > 0]
+        worst_rise, where, curves = 0.0, "", 0
+        for (attack, threat), grp in rows.groupby(["attack", "threat"]):
+            acc = grp.groupby("eps")["correct"].mean().sort_index()
+            if len(acc) < 2:
+                continue
+            curves += 1
+            rises = acc.diff().iloc[1:]
+            if rises.max() > worst_rise:
+                worst_rise = float(rises.max())
+                at = rises.idxmax()
+                where = f"{attack} {threat}: {acc.shift(1)[at]:.3f}->{acc[at]:.3f} at eps={at:.4g}"
+        if curves == 0:
+            return CheckResult(
+                self.name, None, {}, "not measurable: no attack was run at two or more eps", mode
+            )
+        numbers: dict[str, Any] = {"curves": curves, "max_rise": worst_rise, "tolerance": self.tol}
+        if where:
+            numbers["where"] = where
+        passed = worst_rise <= self.tol
+        meaning = (
+            "accuracy never rises with eps"
+            if passed
+            else "robust accuracy rises with a larger budget: the attack fails to find points that exist (a "
+            "larger ball contains the smaller one) -- a sign of gradient masking or a broken attack"
+        )
+        return CheckResult(self.name, passed, numbers, meaning, mode)
+
+
+@register_check
+@dataclass(frozen=True)
+class WhiteboxBeatsBlackbox(RecordCheck):
+    """White-box attacks must break every point a black-box (Square) or transfer attack breaks (AutoAttack).
+
+    A failure means the gradients the white-box attack follows are misleading: gradient masking (Athalye et
+    al. 2018; Croce & Hein 2020).
+    """
+
+    name: ClassVar[str] = "whitebox_beats_blackbox"
+    tol: float = 0.02  # share of compared points Square/transfer break but white-box holds
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        rows = mode_view(check_records(records), mode)
+        return pairwise_result(
+            self.name,
+            rows,
+            mode,
+            (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode),
+            rows["kind"].isin(GRADIENT_FREE_KINDS),
+            self.tol,
+            Pairing(
+                "white-box and black-box/transfer attacks",
+                "gradient-free or transfer attacks break points the white-box attacks miss: the gradients "
+                "the white-box attack follows are misleading (gradient masking, Athalye et al. 2018; Croce "
+                "& Hein 2020)",
+                "white-box attacks break every point black-box and transfer attacks break",
+            ),
+        )
+
+
+@register_check
+@dataclass(frozen=True)
+class WhiteboxBeatsNoise(RecordCheck):
+    """White-box attacks must break every point random noise of the same norm breaks.
+
+    A failure means the attack is weaker than guessing: its gradients carry no information.
+    """
+
+    name: ClassVar[str] = "whitebox_beats_noise"
+    tol: float = 0.02  # share of compared points noise breaks but white-box holds
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        rows = mode_view(check_records(records), mode)
+        return pairwise_result(
+            self.name,
+            rows,
+            mode,
+            (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode),
+            rows["kind"] == AttackKind.NOISE.value,
+            self.tol,
+            Pairing(
+                "white-box attacks and random noise",
+                "random noise of the same norm breaks points the white-box attack misses: the attack is "
+                "weaker than guessing, so its gradients carry no information (gradient masking)",
+                "white-box attacks break every point random noise breaks",
+            ),
+        )
+
+
+@register_check
+@dataclass(frozen=True)
+class GradientModeGap(RecordCheck):
+    """Points this mode's white-box attacks hold must not fall to other modes (BPDA), gradient-free or
+    transfer attacks.
+
+    A failure means the robustness exists only because gradients are blocked or shattered: gradient masking
+    (Athalye et al. 2018). Numbers: both robust accuracies and violations / compared per (threat, eps).
+    """
+
+    name: ClassVar[str] = "gradient_mode_gap"
+    tol: float = 0.05  # share held in this mode but broken by the other evidence
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        check_records(records)
+        rows = self._groups(records, mode)
+        if isinstance(rows, str):
+            return CheckResult(self.name, None, {}, rows, mode)
+        own, other = rows["_group"] == "own", rows["_group"] == "other"
+        numbers: dict[str, Any] = {}
+        worst, compared = 0.0, False
+        for threat in RECORD_THREATS:
+            for eps in attacked_eps(rows[own], threat):
+                if rows[other & (rows["threat"] == threat)].empty:
+                    continue
+                res = compare_groups(rows, own, other, threat, eps)
+                if res is None:
+                    continue
+                v, n = res
+                compared = True
+                acc_mode, _ = robust_accuracy(rows[~other], threat, eps)
+                acc_other, _ = robust_accuracy(rows[~own], threat, eps)
+                numbers[f"{threat}@{eps:.4g}"] = (
+                    f"{mode} {acc_mode:.3f} vs others {acc_other:.3f}, gap {v}/{n}"
+                )
+                worst = max(worst, v / n)
+        if not compared:
+            return CheckResult(self.name, None, numbers, "not measurable: no example attacked in both", mode)
+        numbers["worst_gap_share"] = worst
+        numbers["tolerance"] = self.tol
+        passed = worst <= self.tol
+        meaning = (
+            f"robustness under {mode} gradients is confirmed by the other modes and gradient-free attacks"
+            if passed
+            else f"points that survive {mode}-gradient attacks fall to BPDA / other gradient modes / "
+            "gradient-free / transfer attacks: this robustness exists only because gradients are blocked or "
+            "shattered -- gradient masking (Athalye et al. 2018)"
+        )
+        return CheckResult(self.name, passed, numbers, meaning, mode)
+
+    @staticmethod
+    def _groups(records: pd.DataFrame, mode: str) -> pd.DataFrame | str:
+        """Clean rows, this mode's white-box rows ('own') and the other evidence ('other'), or why not."""
+        white = records["kind"] == WHITE_BOX
+        own = records[(records["grad_mode"] == mode) & white]
+        if own.empty:
+            return "not measurable: no white-box rows in this mode"
+        other = records[
+            ((records["grad_mode"] != mode) & white) | records["kind"].isin(GRADIENT_FREE_KINDS)
+        ].drop_duplicates(["grad_mode", "attack", "eps", "example_id"])
+        if other.empty:
+            return "not measurable: no other gradient mode, gradient-free or transfer attack to compare with"
+        clean = records[records["kind"] == AttackKind.CLEAN.value].drop_duplicates(["example_id"])
+        return pd.concat(
+            [clean.assign(_group="clean"), own.assign(_group="own"), other.assign(_group="other")],
+            ignore_index=True,
+        )
+
+
+@register_check
+@dataclass(frozen=True)
+class BestVsLastIterate(RecordCheck):
+    """A point broken at any iterate must count as broken (silent successes; Croce & Hein 2020).
+
+    A failure means points whose last iterate was misclassified count as robust: the bookkeeping loses
+    successes. Reads ``correct_last`` of the iterative families' rows.
+    """
+
+    name: ClassVar[str] = "best_vs_last_iterate"
+
+    def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
+        rows = check_records(records)
+        if "correct_last" not in rows.columns:
+            return CheckResult(self.name, None, {}, "not measurable: records have no correct_last", mode)
+        rows = rows[
+            (rows["grad_mode"] == mode)
+            & rows["family"].isin(iterative_families())
+            & rows["attacked"].astype(bool)
+        ]
+        last = rows["correct_last"]
+        known = rows[last.notna()]
+        if known.empty:
+            return CheckResult(
+                self.name,
+                None,
+                {"iterative_rows": len(rows)},
+                "not measurable: iterative attacks did not report the last iterate",
+                mode,
+            )
+        correct = known["correct"].astype(bool).to_numpy()
+        correct_last = known["correct_last"].astype(bool).to_numpy()
+        silent = int((~correct & correct_last).sum())  # best iterate broke it, last iterate did not
+        lost = int((correct & ~correct_last).sum())  # last iterate broke it, yet it counts as robust
+        numbers = {
+            "compared": len(known),
+            "silent_successes": silent,
+            "uncounted_last_iterate_successes": lost,
+            "unreported_rows": int(last.isna().sum()),
+        }
+        passed = lost == 0
+        meaning = (
+            f"the best iterate is kept: {silent} point(s) broken only at an intermediate iterate are counted "
+            "(they would be missed by a last-iterate attack)"
+            if passed
+            else "points whose last iterate was misclassified count as robust: bookkeeping loses successes"
+        )
+        return CheckResult(self.name, passed, numbers, meaning, mode)

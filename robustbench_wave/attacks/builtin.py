@@ -1,0 +1,241 @@
+"""Our own attacks, registered under the ``builtin`` backend: clean, noise, FGSM, PGD, transfer, low-frequency PGD.
+
+Every builtin attack draws its randomness per example (:mod:`robustbench_wave.attacks.seeding`), so its
+results depend only on each example, never on the batch. PGD, transfer (PGD on a surrogate model, Papernot et
+al. 2017) and the low-frequency PGD all run the one PGD engine (:mod:`robustbench_wave.attacks.pgd`). The noise
+baselines corrupt at the attacks' own budgets: a model robust to attacks but not to noise of the same size is
+masking gradients. Nothing here judges success: the evaluation audits every returned point and classifies it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustbench_wave.attacks.lowfreq import (
+    AUTO_LEVEL,
+    LOWFREQ_FAMILY,
+    Basis,
+    LowFreqPGD,
+    model_wavelet,
+    resolve_level,
+)
+from robustbench_wave.attacks.pgd import PGD, BestIterate, loss_and_wrong, step_size
+from robustbench_wave.attacks.registry import (
+    CLEAN,
+    NO_THREAT,
+    AttackKind,
+    Param,
+    RunContext,
+    RunOutput,
+    Threat,
+    register_attack,
+    register_family,
+)
+from robustbench_wave.attacks.seeding import example_generators, per_example
+from robustbench_wave.attacks.suite import NOISE_THREAT, AttackEntry
+
+PGD_PARAMS = {
+    "steps": Param(int, 20, minimum=1),
+    "rel_step_size": Param(float, 0.1, minimum=0.0),
+    "restarts": Param(int, 1, minimum=1),
+    "random_start": Param(bool, True),
+}
+PGD_THREATS = (Threat.LINF, Threat.L2)
+
+register_family(CLEAN, kind=AttackKind.CLEAN, threats=(NO_THREAT,), grad_dependent=False)
+register_family(
+    "noise",
+    kind=AttackKind.NOISE,
+    threats=tuple(Threat),
+    grad_dependent=False,
+    params={
+        "distribution": Param(str, None, choices=tuple(NOISE_THREAT)),
+        "draws": Param(int, 1, minimum=1),
+    },
+)
+register_family(
+    "fgsm",
+    kind=AttackKind.WHITE_BOX,
+    threats=(Threat.LINF,),
+    grad_dependent=True,
+    default_backend="torchattacks",
+)
+register_family(
+    "pgd",
+    kind=AttackKind.WHITE_BOX,
+    threats=PGD_THREATS,
+    grad_dependent=True,
+    iterative=True,
+    params=PGD_PARAMS,
+)
+register_family(
+    "transfer", kind=AttackKind.TRANSFER, threats=PGD_THREATS, grad_dependent=False, params=PGD_PARAMS
+)
+register_family(
+    LOWFREQ_FAMILY,
+    kind=AttackKind.WHITE_BOX,
+    threats=PGD_THREATS,
+    grad_dependent=True,
+    iterative=True,
+    params={
+        **PGD_PARAMS,
+        "rel_step_size": Param(float, 0.125, minimum=0.0),
+        "level": Param(int, AUTO_LEVEL, minimum=0, keywords=(AUTO_LEVEL,)),
+        "basis": Param(str, Basis.HAAR.value, choices=tuple(b.value for b in Basis)),
+    },
+)
+
+
+def _pgd_settings(entry: AttackEntry, eps: float, ctx: RunContext) -> dict[str, Any]:
+    """The engine's settings from a PGD-family suite entry; the entry's name seeds its random starts."""
+    p = entry.params
+    return {
+        "eps": eps,
+        "norm": entry.threat,
+        "steps": p["steps"],
+        "step_size": step_size(p, eps),
+        "restarts": p["restarts"],
+        "random_start": p["random_start"],
+        "seed": ctx.seed,
+        "stream": entry.name,
+    }
+
+
+@register_attack("pgd", backend="builtin", per_example_rng=True)
+def builtin_pgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    x_adv, correct_last, _ = PGD(**_pgd_settings(entry, eps, ctx)).run(model, x, y, ids)
+    return RunOutput(x_adv, correct_last)
+
+
+@register_attack("transfer", backend="builtin", per_example_rng=True)
+def builtin_transfer(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    if ctx.surrogate is None:
+        raise ValueError(
+            f"attack {entry.name!r} (transfer) needs a surrogate model: pass surrogate=... / --surrogate"
+        )
+    x_adv, _, _ = PGD(**_pgd_settings(entry, eps, ctx)).run(ctx.surrogate, x, y, ids)
+    return RunOutput(x_adv)
+
+
+@register_attack(LOWFREQ_FAMILY, backend="builtin", per_example_rng=True)
+def builtin_lowfreq_pgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    p = entry.params
+    attack = LowFreqPGD(
+        **_pgd_settings(entry, eps, ctx),
+        level=resolve_level(model, p["level"]),
+        basis=p["basis"],
+        wavelet=model_wavelet(model),
+    )
+    x_adv, correct_last, _ = attack.run(model, x, y, ids)
+    return RunOutput(x_adv, correct_last)
+
+
+@register_attack("fgsm", backend="builtin", per_example_rng=True)
+def builtin_fgsm(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    xr = x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        loss = F.cross_entropy(model(xr), y, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, xr)
+    return RunOutput((x + eps * grad.sign()).clamp(0.0, 1.0).detach())
+
+
+def _salt_pepper(x: torch.Tensor, eps: float, gens: list[torch.Generator]) -> torch.Tensor:
+    """floor(eps*H*W) pixel positions (all channels together) set to 0 or 1."""
+    _, h, w = x.shape[1:]
+    k = math.floor(eps * h * w + 1e-9)
+
+    def mask_and_value(g: torch.Generator) -> torch.Tensor:
+        pos = torch.randperm(h * w, generator=g)[:k]
+        out = torch.full((2, h * w), 0.0)
+        out[0, pos] = 1.0
+        out[1] = (torch.rand(h * w, generator=g) < 0.5).float()
+        return out.view(2, 1, h, w)
+
+    mv = per_example(mask_and_value, gens, x.device)  # (B, 2, 1, H, W)
+    mask, value = mv[:, 0], mv[:, 1]
+    return torch.where(mask.bool().expand_as(x), value.expand_as(x), x)
+
+
+def noise_sample(distribution: str, x: torch.Tensor, eps: float, gens: list[torch.Generator]) -> torch.Tensor:
+    """Random corruption at a matched budget, clipped to [0,1] (clipping never increases the norm).
+
+    uniform: U(-eps, eps) per value (L∞); sign: ±eps per value (the L∞ cube's corners); gaussian: a Gaussian
+    direction scaled to L2 norm eps; salt_pepper: floor(eps*H*W) pixel positions (all channels) set to 0 or 1.
+    """
+    shape = tuple(x.shape[1:])
+    if distribution == "uniform":
+        delta = eps * (2 * per_example(lambda g: torch.rand(shape, generator=g), gens, x.device) - 1)
+    elif distribution == "sign":
+        delta = eps * (
+            2 * per_example(lambda g: (torch.rand(shape, generator=g) < 0.5).float(), gens, x.device) - 1
+        )
+    elif distribution == "gaussian":
+
+        def gauss(g: torch.Generator) -> torch.Tensor:
+            d = torch.randn(shape, generator=g)
+            return d / d.norm().clamp_min(1e-12)
+
+        delta = eps * per_example(gauss, gens, x.device)
+    elif distribution == "salt_pepper":
+        return _salt_pepper(x, eps, gens)
+    else:
+        raise ValueError(f"unknown noise distribution {distribution!r}; choose one of {list(NOISE_THREAT)}")
+    return (x + delta).clamp(0.0, 1.0)
+
+
+@register_attack("noise", backend="builtin", per_example_rng=True)
+def builtin_noise(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    best = BestIterate(x)
+    idx = torch.arange(x.shape[0], device=x.device)
+    for d in range(entry.params["draws"]):
+        gens = example_generators(ctx.seed, entry.name, ids, d)
+        x_new = noise_sample(entry.params["distribution"], x, eps, gens)
+        with torch.no_grad():
+            loss, wrong = loss_and_wrong(model, x_new, y)
+        best.update(idx, x_new, loss, wrong)
+    return RunOutput(best.x)

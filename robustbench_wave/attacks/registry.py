@@ -1,0 +1,189 @@
+"""The one attack registry: every family is declared once, every implementation registers itself.
+
+A *family* (``pgd``, ``square``, ``lowfreq-pgd`` ...) says what an attack is: its :class:`AttackKind`, the
+threat models it supports, its hyper-parameter schema (:class:`Param`), whether it differentiates the target
+(``grad_dependent``: run once per gradient mode) and whether it is iterative (records ``correct_last``). An
+*implementation* is one back-end's function with the runner contract
+``fn(model, x, y, ids, eps, entry, ctx) -> RunOutput``, registered with
+``@register_attack(family, backend=..., per_example_rng=...)``. The suite parser validates entries against
+this table only, and the tests are parametrised over :func:`list_attacks`, so registering an attack is enough
+to make it usable in a suite file and tested (timm's ``_registry`` / ``list_models`` is the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from robustbench_wave.attacks.suite import AttackEntry
+
+BACKENDS = ("builtin", "torchattacks", "foolbox")
+CLEAN = "clean"  # the family (and entry) every suite starts with: the unattacked forward pass
+NO_THREAT = "none"  # the clean entry's threat
+
+
+class AttackKind(str, Enum):
+    """What an attack may know about the target; records store ``.value``."""
+
+    CLEAN = "clean"
+    NOISE = "noise"
+    WHITE_BOX = "white-box"
+    BLACK_BOX = "black-box"
+    TRANSFER = "transfer"
+
+
+class Threat(str, Enum):
+    """Threat models (budgets in pixel units; L0 = fraction of pixel positions); records store ``.value``."""
+
+    LINF = "Linf"
+    L2 = "L2"
+    L0 = "L0"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyper-parameter: type, default (None = required), allowed values, minimum, and keyword strings
+    accepted besides the type (e.g. ``level = "auto"`` for an int parameter)."""
+
+    type: type
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """A runner's result: candidate points (audited later) and, for iterative attacks, last-iterate flags."""
+
+    x_adv: torch.Tensor
+    correct_last: torch.Tensor | None = None  # (B,) bool: the final iterate of every restart was still right
+
+
+@dataclass
+class RunContext:
+    """Evaluation-wide inputs a runner may need."""
+
+    seed: int = 0
+    surrogate: nn.Module | None = None  # already wrapped and in attack mode
+    block_seed: int = 0  # seed for library attacks (set per id block by the evaluation)
+
+
+Runner = Callable[
+    [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float, "AttackEntry", RunContext], RunOutput
+]
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One registered implementation of a family."""
+
+    family: str
+    backend: str
+    fn: Runner
+    per_example_rng: bool  # True: results depend only on each example (batch freely); False: use id blocks
+
+
+@dataclass(frozen=True)
+class AttackFamily:
+    """What the harness knows about an attack family (its implementations live in the registry)."""
+
+    name: str
+    kind: AttackKind
+    threats: tuple[str, ...]
+    grad_dependent: bool  # runs once per gradient mode (else once, shared by all modes)
+    iterative: bool = False  # records correct_last (best-vs-last iterate)
+    params: dict[str, Param] = field(default_factory=dict)
+    default_backend: str = "builtin"
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The default back-end first, then the other registered ones in :data:`BACKENDS` order, cyclically.
+
+        (The cross-check runs the others in this order, so it fixes the row order of crosscheck_records.)
+        """
+        have = {b for f, b in _RUNNERS if f == self.name}
+        start = BACKENDS.index(self.default_backend)
+        rotated = BACKENDS[start:] + BACKENDS[:start]
+        return tuple(b for b in rotated if b in have or b == self.default_backend)
+
+
+_FAMILIES: dict[str, AttackFamily] = {}
+_RUNNERS: dict[tuple[str, str], RunnerSpec] = {}
+
+
+def register_family(
+    name: str,
+    *,
+    kind: AttackKind,
+    threats: tuple[Threat, ...] | tuple[str, ...],
+    grad_dependent: bool,
+    iterative: bool = False,
+    params: dict[str, Param] | None = None,
+    default_backend: str = "builtin",
+) -> AttackFamily:
+    """Declare a family once (in the module of its first implementation)."""
+    if name in _FAMILIES:
+        raise ValueError(f"attack family {name!r} is declared twice")
+    if default_backend not in BACKENDS:
+        raise ValueError(f"family {name!r}: default backend {default_backend!r} is not one of {BACKENDS}")
+    family = AttackFamily(
+        name,
+        AttackKind(kind),
+        tuple(t if t == NO_THREAT else Threat(t).value for t in threats),
+        grad_dependent,
+        iterative,
+        dict(params or {}),
+        default_backend,
+    )
+    _FAMILIES[name] = family
+    return family
+
+
+def register_attack(family: str, *, backend: str, per_example_rng: bool) -> Callable[[Runner], Runner]:
+    """Decorator: register ``fn`` as ``backend``'s implementation of the declared ``family``."""
+    if family not in _FAMILIES:
+        raise ValueError(f"declare attack family {family!r} with register_family(...) before its runners")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+
+    def wrap(fn: Runner) -> Runner:
+        if (family, backend) in _RUNNERS:
+            raise ValueError(f"{backend!r} implementation of {family!r} is registered twice")
+        _RUNNERS[(family, backend)] = RunnerSpec(family, backend, fn, per_example_rng)
+        return fn
+
+    return wrap
+
+
+def family_spec(name: str) -> AttackFamily:
+    """The declared family ``name``; a ValueError lists the known ones."""
+    try:
+        return _FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown attack family {name!r}; known families: {', '.join(_FAMILIES)}") from None
+
+
+def list_families() -> list[str]:
+    return list(_FAMILIES)
+
+
+def list_attacks() -> list[tuple[str, str]]:
+    """Every registered implementation as (family, backend), families in declaration order."""
+    return [(f, b) for f in _FAMILIES for b in family_spec(f).backends if (f, b) in _RUNNERS]
+
+
+def get_runner(family: str, backend: str) -> RunnerSpec:
+    try:
+        return _RUNNERS[(family, backend)]
+    except KeyError:
+        have = sorted(b for f, b in _RUNNERS if f == family)
+        raise ValueError(
+            f"no {backend!r} implementation of attack family {family!r}; available: {have}"
+        ) from None

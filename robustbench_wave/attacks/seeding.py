@@ -1,0 +1,61 @@
+"""The one seeding rule and the one random-start distribution of every attack.
+
+Builtin attacks draw a point's randomness from a CPU generator seeded by ``(seed, stream, example_id,
+restart)`` only (:func:`example_generators`), never by its batch or position, so their results do not depend
+on ``--batch-size``; ``stream`` is the suite entry's name. Library attacks draw from torch's global RNG and are
+called inside :func:`seeded` on fixed blocks of example ids. :func:`random_delta` is the PGD random start of
+every PGD variant: uniform in the L∞ cube, uniform in the L2 ball.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any parts (stable across runs and machines, unlike ``hash()``)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """Seed torch's global RNG for a library call, restoring the caller's RNG state afterwards."""
+    devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed % (1 << 63))
+        yield
+
+
+def example_generators(seed: int, stream: str, ids: torch.Tensor, restart: int) -> list[torch.Generator]:
+    """One CPU generator per example, seeded by (seed, stream, example_id, restart) only."""
+    return [torch.Generator().manual_seed(derive_seed(seed, stream, int(i), restart)) for i in ids.tolist()]
+
+
+def per_example(
+    draw: Callable[[torch.Generator], torch.Tensor], gens: list[torch.Generator], device: torch.device
+) -> torch.Tensor:
+    """Stack one draw per example generator, then move the batch to ``device``."""
+    return torch.stack([draw(g) for g in gens]).to(device)
+
+
+def random_delta(
+    norm: str, shape: tuple[int, ...], eps: float, gens: list[torch.Generator], device: torch.device
+) -> torch.Tensor:
+    """A random start inside the eps-ball: uniform in the L∞ cube, uniform in the L2 ball."""
+    if norm == "Linf":
+        return eps * (2 * per_example(lambda g: torch.rand(shape, generator=g), gens, device) - 1)
+    dim = math.prod(shape)
+
+    def l2(g: torch.Generator) -> torch.Tensor:
+        d = torch.randn(shape, generator=g)
+        radius = torch.rand((), generator=g) ** (1.0 / dim)
+        return d / d.norm().clamp_min(1e-12) * radius
+
+    return eps * per_example(l2, gens, device)

@@ -1,0 +1,95 @@
+"""What one evaluation will run, decided before any attack: the settings it shares and the suite's plan.
+
+:class:`EvalSettings` replaces the score of loose values the engine used to carry through its functions;
+:class:`Plan` resolves the suite for a data set once (budgets per threat and per attack, back-ends, the
+attacks that cannot run and why), so the loop, the chunk fingerprint and ``meta.json`` all read the same
+decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, Suite, Threat
+
+log = logging.getLogger(__name__)
+SHARED = "shared"  # chunk label of an attack run once for every gradient mode
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How one :func:`evaluate` call runs: the values every chunk of it shares."""
+
+    model_name: str = "model"
+    dataset: str = "custom"  # the data set's name, as recorded
+    backend: str = "auto"
+    seed: int = 0
+    batch_size: int = 128
+    skip_broken: bool = True
+    cross_check: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.backend != "auto" and self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose auto or one of {list(BACKENDS)}")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will run: the suite's entries with their back-ends and budgets, and what is skipped and why."""
+
+    suite: Suite
+    dataset: Any  # a DatasetInfo, its name or None: picks the suite's eps block
+    threat_eps: dict[str, list[float]]  # the grid per threat (the worst case's columns)
+    entry_eps: dict[str, Any]  # attack name -> its budgets (ascending)
+    backends: dict[str, str]  # attack name -> back-end
+    entries: list[AttackEntry]  # the attacks after clean that run
+    skipped: dict[str, str]  # attack name -> why it does not run
+
+    @classmethod
+    def make(
+        cls, suite: Suite, dataset: Any, backend: str, has_surrogate: bool, images: torch.Tensor
+    ) -> Plan:
+        """Resolve ``suite`` for ``dataset``; transfer attacks are skipped (and said so) without a surrogate."""
+        threat_eps = suite.resolved_eps(dataset)
+        max_l2 = math.sqrt(images[0].numel())
+        l2 = threat_eps.get(Threat.L2.value, [])
+        if any(e > max_l2 for e in l2):
+            raise ValueError(
+                f"L2 budgets {l2} exceed the largest possible distance sqrt(C*H*W) = {max_l2:.3g}"
+            )
+        skipped: dict[str, str] = {}
+        entries = []
+        for e in suite.attacks[1:]:
+            if e.kind == AttackKind.TRANSFER and not has_surrogate:
+                skipped[e.name] = "no surrogate model given"
+                log.warning(
+                    "skipping %s: transfer attacks need a surrogate model (surrogate=... / --surrogate)",
+                    e.name,
+                )
+                continue
+            entries.append(e)
+        return cls(
+            suite=suite,
+            dataset=dataset,
+            threat_eps=threat_eps,
+            entry_eps={e.name: suite.entry_eps(e, dataset) for e in suite.attacks},
+            backends={e.name: e.resolve_backend(backend) for e in suite.attacks},
+            entries=entries,
+            skipped=skipped,
+        )
+
+    def chunk_modes(self, entry: AttackEntry, modes: list[str]) -> list[str]:
+        """The chunks of an entry: one per gradient mode if it differentiates the target, else one shared."""
+        return modes if entry.spec.grad_dependent else [SHARED]
+
+    def n_steps(self, modes: list[str]) -> int:
+        """Progress-bar length: one step per (entry, chunk, eps)."""
+        return sum(len(self.entry_eps[e.name]) * len(self.chunk_modes(e, modes)) for e in self.entries)

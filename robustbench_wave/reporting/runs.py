@@ -1,0 +1,84 @@
+"""A saved attack run folder as the report reads it: the file names of everything the report step adds, and
+:func:`load_run`, which gathers a folder's records, provenance, diagnostics and energy measurements.
+
+The attack step writes ``records.csv.gz`` and ``meta.json`` (:mod:`robustbench_wave.evaluation.records`);
+:func:`robustbench_wave.reporting.finalize.finalize_run` adds ``energy.csv`` and ``diagnostics.csv/json``; the
+report adds ``verdict.json``, ``figures/`` and ``report.md``. Keeping the names here lets the writer and the
+readers agree without importing each other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from robustbench_wave.evaluation.records import read_run
+
+ENERGY_FILE = "energy.csv"
+DIAGNOSTICS_CSV = "diagnostics.csv"
+DIAGNOSTICS_JSON = "diagnostics.json"
+VERDICT_JSON = "verdict.json"
+REPORT_FILE = "report.md"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Everything the report needs from one run folder (missing optional files give empty values)."""
+
+    path: Path
+    records: pd.DataFrame
+    meta: dict[str, Any]
+    crosscheck: pd.DataFrame | None = None
+    diagnostics: list[dict[str, Any]] = field(default_factory=list)  # diagnostics.json's per-model entries
+    energy: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def train_seed(self) -> Any:
+        """The training seed shared by the run's models, or None when they differ or none is recorded."""
+        seeds = {m.get("train_seed") for m in (self.meta.get("models") or {}).values()}
+        seeds.discard(None)
+        return seeds.pop() if len(seeds) == 1 else None
+
+
+def load_run(run_dir: str | Path) -> RunFolder:
+    """Read a run folder; raises ValueError (from the records reader) when it holds no records."""
+    run_dir = Path(run_dir)
+    records, meta, cross = read_run(run_dir)
+    diag_path = run_dir / DIAGNOSTICS_JSON
+    diagnostics = json.loads(diag_path.read_text("utf-8")).get("models", []) if diag_path.exists() else []
+    energy_path = run_dir / ENERGY_FILE
+    energy = pd.read_csv(energy_path) if energy_path.exists() else pd.DataFrame()
+    return RunFolder(run_dir, records, meta, cross, diagnostics, energy)
+
+
+def combined_energy(runs: Sequence[RunFolder]) -> pd.DataFrame:
+    """Every run's ``energy.csv`` in one table (empty when no run has one)."""
+    energies = [r.energy for r in runs if not r.energy.empty]
+    return pd.concat(energies, ignore_index=True) if energies else pd.DataFrame()
+
+
+def class_count(runs: Sequence[RunFolder]) -> int:
+    """The number of classes: from the data set's provenance, else one more than the largest label recorded."""
+    info = (runs[0].meta.get("dataset") or {}).get("info") or {}
+    if info.get("num_classes"):
+        return int(info["num_classes"])
+    labels = pd.concat([r.records["label"] for r in runs])
+    return max(2, int(labels.max()) + 1)
+
+
+def report_path(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> Path:
+    """Where the report of ``run_dirs`` goes: ``out`` when it names a ``.md`` file, ``out/report.md`` for any
+    other ``out`` (a folder); by default ``RUN/report.md`` for one run and, for several (training seeds),
+    ``report.md`` next to the first run."""
+    if not run_dirs:
+        raise ValueError("give at least one run folder")
+    if out is not None:
+        out = Path(out)
+        return out if out.suffix == ".md" else out / REPORT_FILE
+    first = Path(run_dirs[0])
+    return first / REPORT_FILE if len(run_dirs) == 1 else first.parent / REPORT_FILE

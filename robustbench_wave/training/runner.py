@@ -1,0 +1,259 @@
+"""Train one zoo model for one seed: data preparation, the epoch loop with resume, and the final metrics.
+
+This module owns what ``python -m robustbench_wave.train`` does per (model, seed), as library functions
+with explicit parameters: :func:`load_training_data` draws the seeded subset and validation split,
+:func:`train_model` trains, resumes a killed run from its last completed epoch (bit-identically: the
+per-epoch generator and the saved optimizer, scheduler and RNG state make the draws the same), or reuses a
+finished run with the same configuration. The loop itself lives in :mod:`robustbench_wave.training.engine`,
+the checkpoint files in :mod:`robustbench_wave.training.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from robustbench_wave.data import DatasetInfo, load_split, train_val_split
+from robustbench_wave.io import append_jsonl, atomic_write_json, provenance, read_jsonl
+from robustbench_wave.models.flops import flops_summary, vit_flops
+from robustbench_wave.models.vit import build_model, describe
+from robustbench_wave.models.zoo import load_spec
+from robustbench_wave.training import checkpoint as ckpt
+from robustbench_wave.training.engine import (
+    Recipe,
+    build_optimizer,
+    build_scheduler,
+    evaluate,
+    train_one_epoch,
+)
+
+log = logging.getLogger(__name__)
+
+#: Columns of ``summary.csv``: one row per (model, seed).
+SUMMARY_COLUMNS = [
+    "model", "seed", "test_accuracy", "val_accuracy", "params", "tokens", "token_width", "gmacs",
+    "macs_saved", "train_images_per_s", "eval_images_per_s", "epochs", "train_seconds",
+]  # fmt: skip
+
+#: Seed of epoch ``e``'s batch-order and augmentation generator: ``seed * EPOCH_SEED_STRIDE + e``.
+EPOCH_SEED_STRIDE = 100_003
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides one training run besides the model and the seed.
+
+    ``train_subset``/``test_subset`` shrink the splits for smoke runs and are part of the run's
+    fingerprint; ``fresh`` discards an existing run; ``progress`` only shows bars.
+    """
+
+    out: Path = Path("results")
+    recipe: Recipe = field(default_factory=Recipe)
+    dataset: str = "fashion-mnist"
+    data_dir: str | None = None
+    train_subset: int | None = None
+    test_subset: int | None = None
+    fresh: bool = False
+    progress: bool = True
+
+    @property
+    def subsets(self) -> dict[str, int | None]:
+        return {"train_subset": self.train_subset, "test_subset": self.test_subset}
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """uint8 images and labels of the training, validation and test splits of one seed."""
+
+    info: DatasetInfo
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    val_images: torch.Tensor
+    val_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+
+
+@dataclass
+class _Run:
+    """One (model, seed) being trained: where it lives and the objects the epochs update."""
+
+    name: str
+    seed: int
+    directory: Path
+    fingerprint: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    device: torch.device
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available; asking for CUDA where there is none is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def load_training_data(
+    dataset: str,
+    seed: int,
+    *,
+    val_fraction: float,
+    train_subset: int | None = None,
+    test_subset: int | None = None,
+    data_dir: str | None = None,
+) -> TrainingData:
+    """The splits of one seed: a seeded random training subset, a seeded validation split, the first
+    test images."""
+    images, labels, info = load_split(dataset, "train", root=data_dir)
+    test_images, test_labels, _ = load_split(dataset, "test", root=data_dir)
+    if train_subset:
+        keep = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))[:train_subset]
+        images, labels = images[keep.sort().values], labels[keep.sort().values]
+    if test_subset:
+        test_images, test_labels = test_images[:test_subset], test_labels[:test_subset]
+    train_idx, val_idx = train_val_split(len(labels), val_fraction, seed)
+    return TrainingData(
+        info=info,
+        train_images=images[train_idx], train_labels=labels[train_idx],
+        val_images=images[val_idx], val_labels=labels[val_idx],
+        test_images=test_images, test_labels=test_labels,
+    )  # fmt: skip
+
+
+def run_fingerprint(spec: dict, recipe: Recipe, info: DatasetInfo, seed: int, subsets: dict) -> str:
+    """Identifies a run's configuration; a run folder with another fingerprint is never resumed."""
+    blob = json.dumps(
+        {"spec": spec, "recipe": recipe.to_dict(), "data": info.name, "seed": seed, **subsets}, sort_keys=True
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def train_model(
+    name: str, data: TrainingData, config: TrainConfig, seed: int, device: torch.device
+) -> dict[str, Any]:
+    """Train (or resume, or reuse) one model for one seed; returns its summary row."""
+    info, recipe = data.info, config.recipe
+    spec = load_spec(name)
+    name = spec["name"]
+    directory = ckpt.run_dir(config.out, info.slug, name, seed)
+    fingerprint = run_fingerprint(spec, recipe, info, seed, config.subsets)
+    if config.fresh and directory.exists():
+        for child in directory.iterdir():
+            child.unlink()
+    existing = _finished_run(directory, fingerprint)
+    if existing is not None:
+        log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
+        return existing
+
+    torch.manual_seed(seed)
+    model = build_model(spec, info).to(device)
+    optimizer = build_optimizer(model, recipe)
+    scheduler = build_scheduler(optimizer, recipe, len(data.train_labels) // recipe.batch_size)
+    run = _Run(name, seed, directory, fingerprint, model, optimizer, scheduler, device)
+    directory.mkdir(parents=True, exist_ok=True)
+    done = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
+    history = read_jsonl(directory / ckpt.METRICS)[:done]
+    if done:
+        log.info("%s seed %d: resuming after epoch %d/%d", name, seed, done, recipe.epochs)
+    run_config = {
+        "model": name, "model_spec": spec, "dataset": info.name, "dataset_info": info.to_dict(),
+        "recipe": recipe.to_dict(), "seed": seed, "fingerprint": fingerprint, **config.subsets,
+        "description": describe(model), "provenance": provenance(),
+    }  # fmt: skip
+    atomic_write_json(directory / ckpt.CONFIG, run_config)
+    if not done:
+        (directory / ckpt.METRICS).unlink(missing_ok=True)
+    for epoch in range(done, recipe.epochs):
+        history.append(_train_epoch(run, data, recipe, epoch, config.progress))
+    final = _finish(run, data, history)
+    run_config["final"] = final
+    atomic_write_json(directory / ckpt.CONFIG, run_config)
+    ckpt.clear_resume_state(directory)
+    return summary_row(name, seed, recipe.epochs, final)
+
+
+def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, progress: bool) -> dict[str, Any]:
+    """One epoch, its validation, its metrics line and the resume state saved after it."""
+    generator = torch.Generator().manual_seed(run.seed * EPOCH_SEED_STRIDE + epoch)  # order/augmentation
+    start = time.perf_counter()
+    stats = train_one_epoch(
+        run.model, data.train_images, data.train_labels, run.optimizer, run.scheduler, recipe, generator,
+        device=run.device, desc=f"{run.name} s{run.seed} epoch {epoch + 1}/{recipe.epochs}",
+        progress=progress,
+    )  # fmt: skip
+    val = evaluate(run.model, data.val_images, data.val_labels, device=run.device)
+    row = {
+        "epoch": epoch + 1,
+        **stats,
+        "val_loss": val["loss"],
+        "val_accuracy": val["accuracy"],
+        "lr": run.scheduler.get_last_lr()[0],
+        "epoch_seconds": time.perf_counter() - start,
+    }
+    append_jsonl(run.directory / ckpt.METRICS, [row])
+    ckpt.save_resume_state(run.directory, run.model, run.optimizer, run.scheduler, epoch + 1, run.fingerprint)
+    log.info(
+        "%s seed %d epoch %d: loss %.3f train acc %.3f val acc %.3f (%.0f img/s)",
+        run.name, run.seed, epoch + 1, stats["train_loss"], stats["train_accuracy"], val["accuracy"],
+        stats["train_images_per_s"],
+    )  # fmt: skip
+    return row
+
+
+def _finish(run: _Run, data: TrainingData, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Test accuracy, final weights (their sha256), throughput, cost and the model's description."""
+    test = evaluate(run.model, data.test_images, data.test_labels, device=run.device)
+    sha = ckpt.save_weights(run.directory / ckpt.WEIGHTS, run.model)
+    desc = describe(run.model)
+    return {
+        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+        "eval_images_per_s": test["images_per_s"],
+        "val_accuracy": history[-1]["val_accuracy"] if history else None,
+        "train_images_per_s": sum(h["train_images_per_s"] for h in history) / max(1, len(history)),
+        "train_seconds": sum(h["epoch_seconds"] for h in history), "checkpoint_sha256": sha,
+        **compute_cost(run.model, data.info), **desc,
+    }  # fmt: skip
+
+
+def compute_cost(model: nn.Module, info: DatasetInfo) -> dict[str, float]:
+    """Analytic giga-MACs per image and the share saved by Token Pooling (the source papers' per-layer
+    formulas, see :mod:`robustbench_wave.models.flops`)."""
+    summary = flops_summary(vit_flops(model, info.img_size))
+    return {"gmacs": summary["gmacs"], "macs_saved": summary["saved_fraction"]}
+
+
+def summary_row(name: str, seed: int, epochs: int, final: dict[str, Any]) -> dict[str, Any]:
+    """The ``summary.csv`` row of a finished run (see :data:`SUMMARY_COLUMNS`)."""
+    row = {"model": name, "seed": seed, "epochs": epochs}
+    row.update({k: final.get(k) for k in SUMMARY_COLUMNS if k not in row})
+    return row
+
+
+def _finished_run(directory: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The summary row of a finished run with this fingerprint; None when there is none to reuse."""
+    path = directory / ckpt.CONFIG
+    if not path.exists():
+        return None
+    config = ckpt.read_config(directory)
+    if config.get("fingerprint") != fingerprint:
+        if "final" in config:
+            raise ValueError(
+                f"{directory} holds a finished run with a different configuration; pass --fresh to "
+                "overwrite it or choose another --out folder"
+            )
+        return None  # an unfinished run of another config: load_resume_state will refuse it clearly
+    if "final" not in config or not (directory / ckpt.WEIGHTS).exists():
+        return None
+    return summary_row(config["model"], config["seed"], config["recipe"]["epochs"], config["final"])
