@@ -2,7 +2,7 @@
 
 This module owns the ``python -m robustbench_wave.attack`` command: it parses the flags, loads the trained
 models and the test images, chooses the run folder and hands the work to
-:func:`robustbench_wave.evaluation.evaluate.evaluate`; the attacks, records and reports live in the library.
+:func:`robustbench_wave.evaluation.evaluate`; the attacks, records and reports live in the library.
 
     python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --n-examples 1000
 
@@ -28,7 +28,7 @@ from torch import nn
 
 from robustbench_wave.attacks import BACKENDS, Suite, list_suites, load_suite
 from robustbench_wave.data import DatasetInfo, describe_datasets, load_split, to_float
-from robustbench_wave.evaluation.evaluate import ALL_MODES, EvaluationResult, evaluate
+from robustbench_wave.evaluation import ALL_MODES, EvaluationResult, evaluate
 from robustbench_wave.evaluation.records import read_meta
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.reporting import tables
@@ -156,7 +156,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--no-diagnostics",
         dest="diagnostics",
         action="store_false",
-        help="skip the gradient-masking checklist, adaptive attacks, figures, verdict and report.md",
+        help="skip the gradient-masking checklist, energy measurement, figures, verdict and report.md",
     )
     p.add_argument(
         "--n-diagnostics",

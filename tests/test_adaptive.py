@@ -25,8 +25,8 @@ from robustbench_wave.attacks import (
     resolve_level,
     wavelet_ll_project,
 )
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.evaluate import evaluate
 from tests.support.masking_models import QuadrantLinear, WaveletQuadrant, quadrant_data, quadrant_means
 
 

@@ -1,9 +1,7 @@
-"""The evaluation engine (evaluation.evaluate): bookkeeping invariants, gradient modes, batch-size invariance,
+"""The evaluation engine (evaluation.evaluator): bookkeeping invariants, gradient modes, batch-size invariance,
 resume, provenance and the budget audit."""
 
 from __future__ import annotations
-
-import importlib
 
 import numpy as np
 import pandas as pd
@@ -11,7 +9,7 @@ import pytest
 import torch
 
 from robustbench_wave.attacks import BudgetViolation, RunnerSpec, RunOutput, parse_suite
-from robustbench_wave.evaluation import EvaluationResult, evaluate
+from robustbench_wave.evaluation import EvaluationResult, evaluate, evaluator
 from robustbench_wave.evaluation.metrics import WORST, example_flags
 from robustbench_wave.evaluation.records import COLUMNS, DTYPES
 from tests.support.attack_models import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
@@ -257,7 +255,7 @@ def test_budget_violations_stop_the_run_naming_the_attack(monkeypatch: pytest.Mo
     def rogue(model, x, y, ids, eps, entry, ctx):  # type: ignore[no-untyped-def]
         return RunOutput((x + 2 * eps).clamp(0, 1))
 
-    engine = importlib.import_module("robustbench_wave.evaluation.evaluate")  # the module, not the function
+    engine = evaluator
     registered = engine.get_runner
 
     def get_runner(family: str, backend: str) -> RunnerSpec:

@@ -25,8 +25,8 @@ from robustbench_wave.attacks import (
     parse_suite,
     seeded,
 )
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.evaluate import evaluate
 from tests.support.attack_models import labelled, patch_model, teacher, toy_data
 
 BUDGETS = {"Linf": [0.03, 0.3], "L2": [0.5, 2.0], "L0": [0.02, 0.25]}

@@ -29,7 +29,7 @@ from robustbench_wave.analysis.checks import (
 from robustbench_wave.analysis.checks import base as checks_base
 from robustbench_wave.analysis.checks.compare import mode_view
 from robustbench_wave.analysis.diagnostics import diagnostics_suite, run_diagnostics
-from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation.metrics import example_status
 from tests.support.masking_models import (
     CHECK_CASES,

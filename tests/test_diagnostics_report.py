@@ -12,8 +12,8 @@ import pytest
 
 from robustbench_wave import report
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, parse_suite
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.evaluate import evaluate
 from robustbench_wave.evaluation.metrics import summarize
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.reporting.finalize import finalize_run

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robustbench_wave import report
-from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation.metrics import WORST, example_flags, summarize, wilson_interval
 from robustbench_wave.evaluation.records import make_frame, read_records, write_records
 from robustbench_wave.evaluation.result import EvaluationResult

@@ -5,7 +5,7 @@ al. 2019; Athalye et al. 2018; Croce & Hein 2020) and collects the results in a 
 (one line of status per model, a table, loss curves). Record checks read the benchmark's per-example
 records; where those cannot decide (``skip_broken`` hid a comparison) they fall back to records of a small
 generated suite (:func:`diagnostics_suite`: sign noise, FGSM, PGD and Square at the reference budget) that
-the ordinary evaluation (:func:`robustbench_wave.evaluation.evaluate.evaluate`) runs on a subset with
+the ordinary evaluation (:func:`robustbench_wave.evaluation.evaluate`) runs on a subset with
 ``skip_broken=False`` -- the same attacks, budget audit and record schema as the benchmark. Model checks run
 on the same subset, per gradient mode.
 """
@@ -39,7 +39,7 @@ from robustbench_wave.attacks import (
     modes_for,
     parse_suite,
 )
-from robustbench_wave.evaluation.evaluate import evaluate
+from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation.metrics import reference_eps
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Evaluation: attack a model with a suite and keep one record per (model, gradient mode, attack, eps, example).
 
-Stages, one module each: :mod:`evaluate` (the public :func:`evaluate` and its loop over the suite's chunks),
+Stages, one module each: :mod:`evaluator` (the public :func:`evaluate` and its loop over the suite's chunks),
 :mod:`plan` (the run's settings and the suite resolved for a data set), :mod:`execute` (one attack at one
 budget: batching, seeding, predictions), :mod:`state` (the running per-example worst case that lets later
 attacks skip broken points), :mod:`chunks` (resume from finished chunks), :mod:`records` (the record schema
@@ -9,7 +9,7 @@ computed from records -- worst case, Wilson intervals, the reference budget -- l
 layer sits on ``attacks`` and ``models`` and below ``analysis`` and ``reporting``: it never imports them.
 """
 
-from robustbench_wave.evaluation.evaluate import ALL_MODES, evaluate, resolve_grad_modes
+from robustbench_wave.evaluation.evaluator import ALL_MODES, evaluate, resolve_grad_modes
 from robustbench_wave.evaluation.result import EvaluationResult
 
 __all__ = ["ALL_MODES", "EvaluationResult", "evaluate", "resolve_grad_modes"]
