@@ -38,15 +38,21 @@ def test_default_suite_has_every_required_attack_and_per_dataset_budgets() -> No
     assert s.eps_key("synthetic-rgb") == s.eps_key("imagefolder-pets") == s.eps_key(None) == "default"
 
 
+EARLIER_FAMILIES = {"clean", "noise", "fgsm", "pgd", "apgd", "square", "transfer"}  # before lowfreq-pgd
+
+
 @pytest.mark.parametrize("name", ["default", "headline", "smoke"])
-def test_lowfreq_pgd_runs_last_so_earlier_attacks_keep_their_records(name: str) -> None:
-    """skip_broken makes every attack depend on the ones above it: a new family is appended at the end."""
-    last = load_suite(name).attacks[-1]
-    assert last.family == "lowfreq-pgd" and last.threat == "Linf"
-    assert last.params["level"] == "auto" and last.params["basis"] == "haar"
+def test_lowfreq_pgd_runs_after_the_earlier_families_so_they_keep_their_records(name: str) -> None:
+    """skip_broken makes every attack depend on the ones above it: a new family is appended below the others."""
+    attacks = load_suite(name).attacks
+    where = [i for i, a in enumerate(attacks) if a.family == "lowfreq-pgd"]
+    assert len(where) == 1
+    assert all(i < where[0] for i, a in enumerate(attacks) if a.family in EARLIER_FAMILIES)
+    low = attacks[where[0]]
+    assert low.threat == "Linf" and low.params["level"] == "auto" and low.params["basis"] == "haar"
     if name != "smoke":
-        assert last.name == "lowfreq_pgd_linf" and last.params["steps"] == 20
-        assert last.params["rel_step_size"] == 0.125  # 2.5 eps / steps at 20 steps
+        assert low.name == "lowfreq_pgd_linf" and low.params["steps"] == 20
+        assert low.params["rel_step_size"] == 0.125  # 2.5 eps / steps at 20 steps
 
 
 def test_smoke_suite_loads_and_covers_every_family() -> None:

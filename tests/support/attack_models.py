@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import Suite, parse_suite
+from robustbench_wave.attacks import Suite, family_spec, list_families, parse_suite
 from robustbench_wave.models.frontend import FixedFrontEnd
 
 
@@ -100,36 +100,44 @@ def frontend_model(seed: int = 0, n_classes: int = 3) -> nn.Module:
 
 
 def tiny_suite() -> Suite:
-    """Every attack family once, one budget per threat, minimal steps/queries (smaller than attacks/smoke)."""
-    return parse_suite(
-        {
-            "name": "tiny",
-            "settings": {"rng_block": 8},
-            "eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.05]}},
-            "attack": [
-                {"name": "clean", "family": "clean"},
-                {"name": "noise_u", "family": "noise", "distribution": "uniform"},
-                {"name": "noise_sp", "family": "noise", "distribution": "salt_pepper"},
-                {"name": "fgsm", "family": "fgsm", "threat": "Linf"},
-                {
-                    "name": "pgd_linf",
-                    "family": "pgd",
-                    "threat": "Linf",
-                    "steps": 2,
-                    "rel_step_size": 0.5,
-                    "restarts": 2,
-                },
-                {"name": "pgd_l2", "family": "pgd", "threat": "L2", "steps": 2, "rel_step_size": 0.5},
-                {"name": "apgd", "family": "apgd", "threat": "Linf", "steps": 2},
-                {"name": "square", "family": "square", "threat": "Linf", "n_queries": 10},
-                {
-                    "name": "transfer",
-                    "family": "transfer",
-                    "threat": "Linf",
-                    "steps": 2,
-                    "rel_step_size": 0.5,
-                },
-                {"name": "lowfreq", "family": "lowfreq-pgd", "threat": "Linf", "steps": 2, "level": 1},
-            ],
-        }
-    )
+    """Every registered attack family at least once, one budget per threat, minimal steps/queries.
+
+    The families known here get cheap settings; a family registered later joins with its defaults, so that
+    registering an attack is enough to have it run by every test that uses this suite.
+    """
+    suite = {
+        "name": "tiny",
+        "settings": {"rng_block": 8},
+        "eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.05]}},
+        "attack": [
+            {"name": "clean", "family": "clean"},
+            {"name": "noise_u", "family": "noise", "distribution": "uniform"},
+            {"name": "noise_sp", "family": "noise", "distribution": "salt_pepper"},
+            {"name": "fgsm", "family": "fgsm", "threat": "Linf"},
+            {
+                "name": "pgd_linf",
+                "family": "pgd",
+                "threat": "Linf",
+                "steps": 2,
+                "rel_step_size": 0.5,
+                "restarts": 2,
+            },
+            {"name": "pgd_l2", "family": "pgd", "threat": "L2", "steps": 2, "rel_step_size": 0.5},
+            {"name": "apgd", "family": "apgd", "threat": "Linf", "steps": 2},
+            {"name": "square", "family": "square", "threat": "Linf", "n_queries": 10},
+            {
+                "name": "transfer",
+                "family": "transfer",
+                "threat": "Linf",
+                "steps": 2,
+                "rel_step_size": 0.5,
+            },
+            {"name": "lowfreq", "family": "lowfreq-pgd", "threat": "Linf", "steps": 2, "level": 1},
+        ],
+    }
+    listed = {a["family"] for a in suite["attack"]}
+    for family in list_families():  # a newly registered family is covered with its defaults, untouched here
+        if family not in listed:
+            threat = family_spec(family).threats[0]
+            suite["attack"].append({"name": family, "family": family, "threat": threat})
+    return parse_suite(suite)
