@@ -14,6 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "robustbench_wave"
 LAYER = {
     "io": 0,
+    "distributed": 0,
     "data": 1,
     "models": 2,
     "attacks": 3,
