@@ -9,6 +9,7 @@ from timm.layers import PatchEmbed
 
 from robustbench_wave.data import DatasetInfo
 from robustbench_wave.models import tokenizers
+from robustbench_wave.models.compiled import COMPILE_ENV, CompileMode, compile_mode_from_env, compile_model
 from robustbench_wave.models.frontend import grad_mode, has_fixed_front_end
 from robustbench_wave.models.tokenizers import (
     OverlapPatchEmbed,
@@ -186,3 +187,21 @@ def test_tokenizer_registry_drives_zoo_validation_and_model_assembly(tmp_path, m
     bad.write_text('tokenizer = "nope"\n')
     with pytest.raises(ValueError, match="'tokenizer' must be one of"):
         load_spec(bad)
+
+
+def test_compile_switch_is_off_by_default_and_wraps_the_same_model():
+    model = build_model("wavelet", _info())
+    assert compile_model(model) is model
+    assert compile_model(model, "off") is model
+    compiled = compile_model(model, CompileMode.DEFAULT)  # compiles lazily, on the first call
+    assert compiled is not model and compiled._orig_mod is model
+    assert [p.data_ptr() for p in compiled.parameters()] == [p.data_ptr() for p in model.parameters()]
+    assert has_fixed_front_end(compiled)  # grad_mode and attack_mode reach the wrapped modules
+
+
+def test_compile_mode_from_env_and_bad_values():
+    assert compile_mode_from_env({}) is CompileMode.OFF
+    assert compile_mode_from_env({COMPILE_ENV: ""}) is CompileMode.OFF
+    assert compile_mode_from_env({COMPILE_ENV: "max-autotune"}) is CompileMode.MAX_AUTOTUNE
+    with pytest.raises(ValueError, match="choose one of: off, default, max-autotune"):
+        compile_mode_from_env({COMPILE_ENV: "fast"})

@@ -157,6 +157,59 @@ def test_exempt_approximation_keeps_approximation_coefficients():
     assert int((~details[0]).sum()) == round(0.95 * details[0].numel())
 
 
+def _reference_keep(front: WaveletFrontEnd, w: torch.Tensor) -> torch.Tensor:
+    """The earlier sparsification: a sorted top-k per image over a mask of candidate entries."""
+    batch = w.shape[0]
+    magnitude = w.abs().reshape(batch, -1)
+    candidates = torch.ones_like(magnitude, dtype=torch.bool)
+    if front.exempt_approximation:
+        candidates = ~front.approx_mask.expand(w.shape[1], -1).reshape(1, -1).expand(batch, -1)
+        magnitude = magnitude.masked_fill(~candidates, float("inf"))
+    n_zero = round(front.zero_fraction * int(candidates[0].sum()))
+    keep = torch.ones_like(magnitude, dtype=torch.bool)
+    if n_zero:
+        keep.scatter_(1, magnitude.topk(n_zero, dim=1, largest=False).indices, False)
+    return keep.view_as(w)
+
+
+@pytest.mark.parametrize("exempt", [False, True])
+@pytest.mark.parametrize("in_chans", [1, 3])
+@pytest.mark.parametrize("fraction", [0.01, 0.5, 0.8])  # 0.01: torch's partial-sort branch of top-k
+@pytest.mark.parametrize("kind", ["random", "binary", "quantized"])
+def test_sparsification_selects_the_same_entries_as_sorted_topk(exempt, in_chans, fraction, kind):
+    """Records depend on which tied entries are dropped (the exact gradient flows only through kept ones):
+    the unsorted selection must keep exactly the entries the sorted top-k kept, ties included."""
+    front = WaveletFrontEnd(32, in_chans, levels=2, zero_fraction=fraction, exempt_approximation=exempt)
+    x = torch.rand(16, in_chans, 32, 32, generator=torch.Generator().manual_seed(3))
+    if kind == "binary":  # flat regions: many exactly-zero details, tied at the threshold
+        x = (x > 0.7).float()
+    elif kind == "quantized":
+        x = (x * 4).round() / 4
+    w = front.pixel_embedding(x)
+    _, keep = front.sparsify(w)
+    if kind != "random" and fraction >= 0.5:
+        dropped_max = w.abs().masked_fill(keep, 0).flatten(1).amax(1)
+        kept_at_threshold = (w.abs() == dropped_max[:, None, None]) & keep
+        assert kept_at_threshold.any()  # the case has ties across the threshold
+    assert torch.equal(keep, _reference_keep(front, w))
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_bpda_shares_one_embedding_and_matches_two_passes(in_chans):
+    """BPDA's value and gradient are bit-identical to computing the exact and smooth transforms separately."""
+    front = WaveletFrontEnd(16, in_chans, levels=2, zero_fraction=0.8)
+    x = torch.rand(3, in_chans, 16, 16, requires_grad=True)
+    weights = torch.randn(front.num_tokens, front.embed_dim)
+    with grad_mode(front, GradMode.BPDA):
+        out = front(x)
+        (grad,) = torch.autograd.grad((out * weights).sum(), x)
+    exact, smooth = front.transform(x), front.smooth_transform(x)
+    two_pass = smooth + (exact - smooth).detach()
+    (grad_two_pass,) = torch.autograd.grad((two_pass * weights).sum(), x)
+    assert torch.equal(out, two_pass) and torch.equal(out, exact)
+    assert torch.equal(grad, grad_two_pass)
+
+
 def test_input_gradient_modes():
     front = WaveletFrontEnd(16, 1, levels=2, zero_fraction=0.8)
     x = torch.rand(2, 1, 16, 16, requires_grad=True)

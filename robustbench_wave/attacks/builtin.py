@@ -235,7 +235,7 @@ def builtin_noise(
     for d in range(entry.params["draws"]):
         gens = example_generators(ctx.seed, entry.name, ids, d)
         x_new = noise_sample(entry.params["distribution"], x, eps, gens)
-        with torch.no_grad():
+        with torch.inference_mode():
             loss, wrong = loss_and_wrong(model, x_new, y)
         best.update(idx, x_new, loss, wrong)
     return RunOutput(best.x)

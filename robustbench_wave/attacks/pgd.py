@@ -162,7 +162,7 @@ class PGD:
                 hist_sum[t:] += float(loss.sum())
                 return wrong
             adv = new
-        with torch.no_grad():
+        with torch.inference_mode():
             loss, wrong = loss_and_wrong(model, adv, ya)
         best.update(idx, adv, loss, wrong)
         if self.steps > 0:
@@ -217,7 +217,7 @@ def keep_first_success(
         if todo.numel() == 0:
             break
         adv = attack(x[todo], y[todo]).detach()
-        with torch.no_grad():
+        with torch.inference_mode():
             wrong = model(adv).argmax(1) != y[todo]
         out[todo] = adv
         todo = todo[~wrong]

@@ -70,7 +70,8 @@ class FixedFrontEnd(nn.Module):
     """Base class of parameter-free pre-processing whose backward rule can be switched.
 
     Subclasses implement :meth:`transform` (the exact forward) and may override :meth:`smooth_transform`
-    (the differentiable approximation used by BPDA; the default is the exact transform, i.e. BPDA == exact).
+    (the differentiable approximation used by BPDA; the default is the exact transform, i.e. BPDA == exact)
+    and :meth:`exact_and_smooth` (both at once, when they share work).
     """
 
     def __init__(self) -> None:
@@ -83,6 +84,10 @@ class FixedFrontEnd(nn.Module):
     def smooth_transform(self, x: torch.Tensor) -> torch.Tensor:
         return self.transform(x)
 
+    def exact_and_smooth(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both transforms for BPDA; override when they share work (the wavelet front-end's embedding)."""
+        return self.transform(x), self.smooth_transform(x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.grad_mode is GradMode.EXACT or not torch.is_grad_enabled():
             return self.transform(x)
@@ -91,8 +96,7 @@ class FixedFrontEnd(nn.Module):
                 value = self.transform(x)
             return _ZeroGradient.apply(x, value)
         # BPDA: value of the exact transform, gradient of the smooth one.
-        exact = self.transform(x)
-        smooth = self.smooth_transform(x)
+        exact, smooth = self.exact_and_smooth(x)
         return smooth + (exact - smooth).detach()
 
 
