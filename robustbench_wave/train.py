@@ -5,7 +5,9 @@ This module is the command line only: it parses the flags into a
 :func:`~robustbench_wave.training.runner.train_model` writes safetensors weights, the resolved config (JSON)
 and per-epoch metrics to ``<out>/train/<dataset>/<model>/seed-<s>/`` and resumes from the last completed
 epoch when re-run after a kill; :mod:`robustbench_wave.training.summary` writes the summary (CSV + terminal
-table: clean test accuracy, parameters, tokens, token width, FLOPs and throughput).
+table: clean test accuracy, parameters, tokens, token width, FLOPs and throughput). Under
+``torchrun --nproc_per_node N`` the ranks either train each model together with DDP (``--parallel data``)
+or share out the (model, seed) runs (``--parallel runs``); see :mod:`robustbench_wave.training.parallel`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,25 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
-from robustbench_wave.data import describe_datasets
+from robustbench_wave.data import dataset_info, describe_datasets, load_split
+from robustbench_wave.distributed import (
+    DEVICE_CHOICES,
+    DistContext,
+    all_gather_object,
+    barrier,
+    distributed_run,
+)
 from robustbench_wave.models.zoo import list_zoo, load_spec
 from robustbench_wave.training.engine import Recipe
-from robustbench_wave.training.runner import TrainConfig, load_training_data, resolve_device, train_model
+from robustbench_wave.training.parallel import Parallelism, assign_runs, check_bf16
+from robustbench_wave.training.runner import TrainConfig, TrainingData, load_training_data, train_model
 from robustbench_wave.training.summary import format_summary, write_summary
+
+#: How long a rank waits for the others at a barrier: with ``--parallel runs`` a rank that finished its
+#: runs waits for the longest run of another rank, which can take hours.
+TRAIN_TIMEOUT_S = 7 * 24 * 3600
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -27,7 +42,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m robustbench_wave.train",
         description="Train zoo ViTs (patch, wavelet, Token Pooling) on one shared recipe; write checkpoints "
-        "(safetensors), per-epoch metrics and a summary table. Re-running a killed command resumes it.",
+        "(safetensors), per-epoch metrics and a summary table. Re-running a killed command resumes it. "
+        "Under `torchrun --nproc_per_node N -m robustbench_wave.train ...` the ranks share the work "
+        "(see --parallel); without torchrun it is one process.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
@@ -50,7 +67,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--epochs", type=int, default=defaults.epochs, help="training epochs (same for every model)"
     )
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="training batch size")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=defaults.batch_size,
+        help="global training batch size (under torchrun with --parallel data, each of N ranks takes batch/N)",
+    )
     p.add_argument("--lr", type=float, default=defaults.lr, help="peak AdamW learning rate (cosine schedule)")
     p.add_argument("--weight-decay", type=float, default=defaults.weight_decay, help="AdamW weight decay")
     p.add_argument(
@@ -89,7 +111,26 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default="results", help="results folder; runs go to OUT/train/<dataset>/<model>/seed-S"
     )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help=f"{DEVICE_CHOICES}; auto: CUDA when present (each torchrun rank its local GPU), else the CPU",
+    )
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bf16 autocast for the training forward pass on CUDA (refused on CPU); evaluation stays "
+        "float32. Part of the run's configuration",
+    )
+    p.add_argument(
+        "--parallel",
+        choices=[m.value for m in Parallelism],
+        default=Parallelism.DATA.value,
+        help="under torchrun --nproc_per_node N: 'data' trains one model at a time with DDP (the same "
+        "recipe and global --batch-size, each rank taking batch/N of every batch; matches one process up "
+        "to floating-point reduction order), 'runs' gives each rank whole (model, seed) runs, each "
+        "trained as one process. Without torchrun both are one process",
+    )
     p.add_argument(
         "--fresh", action="store_true", help="discard an existing run instead of resuming or reusing it"
     )
@@ -117,6 +158,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         test_subset=args.test_subset,
         fresh=args.fresh,
         progress=not args.no_progress,
+        bf16=args.bf16,
     )
 
 
@@ -129,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Train every model for every seed, then merge and print the summary."""
+    """Train every model for every seed (on this process or over torchrun's ranks), then write the
+    summary (rank 0)."""
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -142,23 +185,63 @@ def run(argv: list[str] | None = None) -> int:
     for name in names:
         load_spec(name)  # fail early on unknown names, before any data is loaded
     config = config_from_args(args)
-    device = resolve_device(args.device)
-    rows = []
-    for seed in args.seed:
-        data = load_training_data(
-            config.dataset,
-            seed,
-            val_fraction=config.recipe.val_fraction,
-            train_subset=config.train_subset,
-            test_subset=config.test_subset,
-            data_dir=config.data_dir,
-        )
-        for name in names:
-            rows.append(train_model(name, data, config, seed, device))
-    path, table = write_summary(config.out, data.info, rows)
-    shown = table[table["model"].isin([r["model"] for r in rows])]
-    sys.stdout.write(f"\nTraining summary ({data.info.name}; {path}):\n{format_summary(shown)}\n")
+    with distributed_run(args.device, timeout_s=TRAIN_TIMEOUT_S) as ctx:
+        if not ctx.is_main:
+            logging.getLogger().setLevel(logging.WARNING)  # one log, from rank 0
+        check_bf16(ctx.device, config.bf16)  # before any data is loaded
+        _fetch_data_once(config, ctx)
+        jobs = [(seed, name) for seed in args.seed for name in names]
+        if Parallelism(args.parallel) is Parallelism.RUNS:
+            rows = _train_runs_per_rank(jobs, config, ctx)
+        else:
+            rows = _train_together(jobs, config, ctx)
+        if ctx.is_main:
+            info = dataset_info(config.dataset, root=config.data_dir)
+            path, table = write_summary(config.out, info, rows)
+            shown = table[table["model"].isin([r["model"] for r in rows])]
+            sys.stdout.write(f"\nTraining summary ({info.name}; {path}):\n{format_summary(shown)}\n")
     return 0
+
+
+def _fetch_data_once(config: TrainConfig, ctx: DistContext) -> None:
+    """Rank 0 loads (and, if needed, downloads) the data set before the other ranks read the cache."""
+    if ctx.distributed and ctx.is_main:
+        for split in ("train", "test"):
+            load_split(config.dataset, split, root=config.data_dir)
+    barrier(ctx)
+
+
+def _data_of(config: TrainConfig, seed: int) -> TrainingData:
+    return load_training_data(
+        config.dataset,
+        seed,
+        val_fraction=config.recipe.val_fraction,
+        train_subset=config.train_subset,
+        test_subset=config.test_subset,
+        data_dir=config.data_dir,
+    )
+
+
+def _train_together(
+    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext
+) -> list[dict[str, Any]]:
+    """``--parallel data``: every rank takes part in every run (DDP when there are several)."""
+    rows, loaded = [], {}
+    for seed, name in jobs:
+        if seed not in loaded:
+            loaded = {seed: _data_of(config, seed)}  # one seed's splits in memory at a time
+        rows.append(train_model(name, loaded[seed], config, seed, ctx))
+    return rows
+
+
+def _train_runs_per_rank(
+    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext
+) -> list[dict[str, Any]]:
+    """``--parallel runs``: run i is trained by rank i mod N alone; every rank gets all rows, in run order."""
+    alone = DistContext(device=ctx.device)  # this rank's device, no process group
+    mine = _train_together(assign_runs(jobs, ctx), config, alone)
+    parts = all_gather_object(ctx, mine)
+    return [parts[i % ctx.world_size][i // ctx.world_size] for i in range(len(jobs))]
 
 
 if __name__ == "__main__":

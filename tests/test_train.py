@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from robustbench_wave import train
 from robustbench_wave.data import load_split, to_float
+from robustbench_wave.distributed import DistContext
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
@@ -46,6 +47,11 @@ def test_train_writes_checkpoint_config_metrics_and_summary(tmp_path, capsys):
     assert (summary["tokens"] == 64).all() and summary["params"].gt(0).all() and summary["gmacs"].gt(0).all()
     out = capsys.readouterr().out
     assert "Training summary" in out and "wavelet" in out
+    config = json.loads((ckpt.run_dir(tmp_path, "synthetic", "patch", 0) / "config.json").read_text())
+    assert (
+        config["provenance"]["world_size"] == 1 and config["provenance"]["device"] == "cpu"
+    )  # --device auto
+    assert config["provenance"]["threads_per_rank"] >= 1 and config["precision"] == "float32"
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
@@ -132,6 +138,9 @@ def test_help_explains_every_flag(capsys):
         "--out",
         "--train-subset",
         "--fresh",
+        "--device",
+        "--bf16",
+        "--parallel",
     ):
         assert flag in text
 
@@ -149,13 +158,11 @@ def test_library_runner_trains_the_same_weights_as_the_cli(tmp_path):
     )
     data = runner.load_training_data("synthetic", 0, val_fraction=0.1, train_subset=320, test_subset=128)
     assert len(data.train_labels) + len(data.val_labels) == 320 and len(data.test_labels) == 128
-    row = runner.train_model("patch", data, config, 0, torch.device("cpu"))
+    row = runner.train_model("patch", data, config, 0, DistContext(device=torch.device("cpu")))
     assert set(row) == set(runner.SUMMARY_COLUMNS) and row["epochs"] == 2
     weights = [
         ckpt.run_dir(root, "synthetic", "patch", 0) / "model.safetensors"
         for root in (tmp_path / "cli", tmp_path / "lib")
     ]
     assert weights[0].read_bytes() == weights[1].read_bytes()
-    assert (
-        runner.train_model("patch", data, config, 0, torch.device("cpu")) == row
-    )  # a finished run is reused
+    assert runner.train_model("patch", data, config, 0) == row  # a finished run is reused

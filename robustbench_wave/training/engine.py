@@ -2,7 +2,8 @@
 
 The recipe is deliberately a single frozen dataclass: patch, wavelet and Token-Pooling ViTs get the same
 optimizer, schedule, augmentation, epochs and seed, so accuracy and throughput differences come from the
-tokenizer alone.
+tokenizer alone. The loop runs on one process or, given a :class:`~robustbench_wave.distributed.DistContext`
+of several ranks and a DDP-wrapped model, on this rank's slice of every global batch (:mod:`.parallel`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from robustbench_wave.data import iterate_batches
+from robustbench_wave.distributed import DistContext
+from robustbench_wave.training.parallel import (
+    SINGLE,
+    all_reduce_sums,
+    autocast,
+    eval_shard,
+    gather_batch_sums,
+    shard_batches,
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +93,14 @@ def train_one_epoch(
     device: torch.device,
     desc: str = "train",
     progress: bool = True,
+    ctx: DistContext = SINGLE,
+    bf16: bool = False,
 ) -> dict[str, float]:
-    """One pass over the training split; returns loss, accuracy and training throughput (images/s)."""
+    """One pass over the training split; returns loss, accuracy and training throughput (images/s).
+
+    With several ranks, ``model`` is DDP-wrapped, ``recipe.batch_size`` is the global batch and this rank
+    trains on its slice of each; the returned numbers are summed over all ranks.
+    """
     model.train()
     total_loss = correct = seen = 0.0
     batches = iterate_batches(
@@ -93,19 +109,23 @@ def train_one_epoch(
         recipe.batch_size,
         generator=generator,
         augmentation=recipe.augmentation,
-        device=device,
+        device=None if ctx.distributed else device,
         drop_last=True,
     )
+    if ctx.distributed:
+        batches = shard_batches(batches, ctx)
     n_batches = len(labels) // recipe.batch_size
     start = time.perf_counter()
-    with tqdm(batches, total=n_batches, desc=desc, leave=False, disable=not progress, unit="batch") as bar:
+    show = progress and ctx.is_main
+    with tqdm(batches, total=n_batches, desc=desc, leave=False, disable=not show, unit="batch") as bar:
         for x, y in bar:
-            logits = model(x)
-            loss = F.cross_entropy(logits, y, label_smoothing=recipe.label_smoothing)
+            with autocast(device, bf16):
+                logits = model(x)
+                loss = F.cross_entropy(logits, y, label_smoothing=recipe.label_smoothing)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()}; lower --lr or check the data")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # DDP: the gradient is averaged over the ranks here, before clipping
             if recipe.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
             optimizer.step()
@@ -114,6 +134,7 @@ def train_one_epoch(
             correct += (logits.argmax(1) == y).sum().item()
             seen += len(y)
             bar.set_postfix(loss=f"{total_loss / seen:.3f}", acc=f"{correct / seen:.3f}")
+    total_loss, correct, seen = all_reduce_sums(ctx, [total_loss, correct, seen])
     elapsed = time.perf_counter() - start
     if not seen:
         raise ValueError(
@@ -134,15 +155,28 @@ def evaluate(
     *,
     batch_size: int = 512,
     device: torch.device | str = "cpu",
+    ctx: DistContext = SINGLE,
 ) -> dict[str, float]:
-    """Clean loss and accuracy in eval mode, with inference throughput (images/s)."""
+    """Clean loss and accuracy in eval mode, with inference throughput (images/s).
+
+    ``model`` is the plain module (never the DDP wrapper: ranks evaluate different numbers of batches).
+    Several ranks split the evaluation batches and sum them in batch order, so the result is the
+    single-process result for the same weights.
+    """
     model.eval()
-    total_loss = correct = 0.0
     start = time.perf_counter()
-    for x, y in iterate_batches(images, labels, batch_size, device=device):
+    first, stop = eval_shard(-(-len(labels) // batch_size), ctx)
+    part = slice(first * batch_size, stop * batch_size)
+    sums = []
+    for x, y in iterate_batches(images[part], labels[part], batch_size, device=device):
         logits = model(x)
-        total_loss += F.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
+        sums.append(
+            (F.cross_entropy(logits, y, reduction="sum").item(), (logits.argmax(1) == y).sum().item())
+        )
+    total_loss = correct = 0.0
+    for batch_loss, batch_correct in gather_batch_sums(ctx, sums):
+        total_loss += batch_loss
+        correct += batch_correct
     elapsed = time.perf_counter() - start
     n = max(1, len(labels))
     return {"loss": total_loss / n, "accuracy": correct / n, "images_per_s": len(labels) / max(elapsed, 1e-9)}

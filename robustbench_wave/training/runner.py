@@ -4,8 +4,9 @@ This module owns what ``python -m robustbench_wave.train`` does per (model, seed
 with explicit parameters: :func:`load_training_data` draws the seeded subset and validation split,
 :func:`train_model` trains, resumes a killed run from its last completed epoch (bit-identically: the
 per-epoch generator and the saved optimizer, scheduler and RNG state make the draws the same), or reuses a
-finished run with the same configuration. The loop itself lives in :mod:`robustbench_wave.training.engine`,
-the checkpoint files in :mod:`robustbench_wave.training.checkpoint`.
+finished run with the same configuration -- in one process or, under torchrun, as one DDP run over all
+ranks (:mod:`robustbench_wave.training.parallel`). The loop itself lives in
+:mod:`robustbench_wave.training.engine`, the checkpoint files in :mod:`robustbench_wave.training.checkpoint`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.data import DatasetInfo, load_split, train_val_split
+from robustbench_wave.distributed import DistContext, barrier, broadcast_object
 from robustbench_wave.io import append_jsonl, atomic_write_json, provenance, read_jsonl
 from robustbench_wave.models.flops import flops_summary, vit_flops
 from robustbench_wave.models.vit import build_model, describe
@@ -34,6 +36,7 @@ from robustbench_wave.training.engine import (
     evaluate,
     train_one_epoch,
 )
+from robustbench_wave.training.parallel import SINGLE, check_bf16, check_global_batch, wrap_model
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,10 @@ class TrainConfig:
     """Everything that decides one training run besides the model and the seed.
 
     ``train_subset``/``test_subset`` shrink the splits for smoke runs and are part of the run's
-    fingerprint; ``fresh`` discards an existing run; ``progress`` only shows bars.
+    fingerprint, as is ``bf16`` (autocast on CUDA) when on; ``fresh`` discards an existing run;
+    ``progress`` only shows bars. Where the run executes (device, number of ranks) is provenance, not
+    configuration: results of several ranks differ from one only by floating-point reduction order, so a
+    run resumes and is reused across device counts.
     """
 
     out: Path = Path("results")
@@ -63,10 +69,17 @@ class TrainConfig:
     test_subset: int | None = None
     fresh: bool = False
     progress: bool = True
+    bf16: bool = False
 
     @property
     def subsets(self) -> dict[str, int | None]:
         return {"train_subset": self.train_subset, "test_subset": self.test_subset}
+
+    @property
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What besides model, recipe, data and seed identifies the run (float32 adds nothing, so runs
+        trained before bf16 existed keep their fingerprint)."""
+        return {**self.subsets, **({"precision": "bf16"} if self.bf16 else {})}
 
 
 @dataclass(frozen=True)
@@ -90,19 +103,12 @@ class _Run:
     seed: int
     directory: Path
     fingerprint: str
-    model: nn.Module
+    model: nn.Module  # the plain module: evaluated, saved
+    module: nn.Module  # what is trained: ``model`` itself, or its DDP wrapper on several ranks
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    device: torch.device
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when available; asking for CUDA where there is none is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu")
-    return torch.device(name)
+    ctx: DistContext
+    bf16: bool
 
 
 def load_training_data(
@@ -132,68 +138,92 @@ def load_training_data(
     )  # fmt: skip
 
 
-def run_fingerprint(spec: dict, recipe: Recipe, info: DatasetInfo, seed: int, subsets: dict) -> str:
+def run_fingerprint(spec: dict, recipe: Recipe, info: DatasetInfo, seed: int, fields: dict) -> str:
     """Identifies a run's configuration; a run folder with another fingerprint is never resumed."""
     blob = json.dumps(
-        {"spec": spec, "recipe": recipe.to_dict(), "data": info.name, "seed": seed, **subsets}, sort_keys=True
+        {"spec": spec, "recipe": recipe.to_dict(), "data": info.name, "seed": seed, **fields}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def train_model(
-    name: str, data: TrainingData, config: TrainConfig, seed: int, device: torch.device
+    name: str, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext = SINGLE
 ) -> dict[str, Any]:
-    """Train (or resume, or reuse) one model for one seed; returns its summary row."""
+    """Train (or resume, or reuse) one model for one seed on ``ctx``'s device; returns its summary row.
+
+    With several ranks (``ctx`` from :func:`robustbench_wave.distributed.init_distributed` under torchrun)
+    every rank calls this with the same arguments: they train one DDP model, rank 0 writes the files,
+    and every rank returns the same row. ``config.out`` must be a folder every rank can read.
+    """
     info, recipe = data.info, config.recipe
+    check_global_batch(recipe.batch_size, ctx)
+    check_bf16(ctx.device, config.bf16)
     spec = load_spec(name)
     name = spec["name"]
     directory = ckpt.run_dir(config.out, info.slug, name, seed)
-    fingerprint = run_fingerprint(spec, recipe, info, seed, config.subsets)
-    if config.fresh and directory.exists():
+    fingerprint = run_fingerprint(spec, recipe, info, seed, config.fingerprint_fields)
+    if config.fresh and directory.exists() and ctx.is_main:
         for child in directory.iterdir():
             child.unlink()
+    barrier(ctx)  # every rank sees the folder after --fresh
     existing = _finished_run(directory, fingerprint)
     if existing is not None:
         log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
         return existing
-
-    torch.manual_seed(seed)
-    model = build_model(spec, info).to(device)
-    optimizer = build_optimizer(model, recipe)
-    scheduler = build_scheduler(optimizer, recipe, len(data.train_labels) // recipe.batch_size)
-    run = _Run(name, seed, directory, fingerprint, model, optimizer, scheduler, device)
-    directory.mkdir(parents=True, exist_ok=True)
-    done = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
+    run, done = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint)
     history = read_jsonl(directory / ckpt.METRICS)[:done]
     if done:
         log.info("%s seed %d: resuming after epoch %d/%d", name, seed, done, recipe.epochs)
     run_config = {
         "model": name, "model_spec": spec, "dataset": info.name, "dataset_info": info.to_dict(),
         "recipe": recipe.to_dict(), "seed": seed, "fingerprint": fingerprint, **config.subsets,
-        "description": describe(model), "provenance": provenance(),
+        "precision": "bf16" if config.bf16 else "float32", "description": describe(run.model),
+        "provenance": {**provenance(), **ctx.provenance()},
     }  # fmt: skip
-    atomic_write_json(directory / ckpt.CONFIG, run_config)
-    if not done:
-        (directory / ckpt.METRICS).unlink(missing_ok=True)
+    if ctx.is_main:
+        atomic_write_json(directory / ckpt.CONFIG, run_config)
+        if not done:
+            (directory / ckpt.METRICS).unlink(missing_ok=True)
     for epoch in range(done, recipe.epochs):
         history.append(_train_epoch(run, data, recipe, epoch, config.progress))
     final = _finish(run, data, history)
-    run_config["final"] = final
-    atomic_write_json(directory / ckpt.CONFIG, run_config)
-    ckpt.clear_resume_state(directory)
+    if ctx.is_main:
+        run_config["final"] = final
+        atomic_write_json(directory / ckpt.CONFIG, run_config)
+        ckpt.clear_resume_state(directory)
+    barrier(ctx)  # the run is complete on disk before any rank moves on
     return summary_row(name, seed, recipe.epochs, final)
 
 
+def _start_run(
+    name: str, spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext,
+    directory: Path, fingerprint: str,
+) -> tuple[_Run, int]:  # fmt: skip
+    """The seeded model, optimizer and schedule, restored from the resume state on every rank (the
+    number of completed epochs is returned); DDP wraps the model only after that, so all ranks agree."""
+    torch.manual_seed(seed)
+    model = build_model(spec, data.info).to(ctx.device)
+    optimizer = build_optimizer(model, config.recipe)
+    scheduler = build_scheduler(optimizer, config.recipe, len(data.train_labels) // config.recipe.batch_size)
+    directory.mkdir(parents=True, exist_ok=True)
+    done = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
+    barrier(ctx)  # every rank has read the resume state before rank 0 may overwrite it
+    module = wrap_model(model, ctx)
+    return _Run(
+        name, seed, directory, fingerprint, model, module, optimizer, scheduler, ctx, config.bf16
+    ), done
+
+
 def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, progress: bool) -> dict[str, Any]:
-    """One epoch, its validation, its metrics line and the resume state saved after it."""
+    """One epoch, its validation, its metrics line and the resume state saved after it (rank 0 writes)."""
     generator = torch.Generator().manual_seed(run.seed * EPOCH_SEED_STRIDE + epoch)  # order/augmentation
     start = time.perf_counter()
     stats = train_one_epoch(
-        run.model, data.train_images, data.train_labels, run.optimizer, run.scheduler, recipe, generator,
-        device=run.device, desc=f"{run.name} s{run.seed} epoch {epoch + 1}/{recipe.epochs}",
-        progress=progress,
+        run.module, data.train_images, data.train_labels, run.optimizer, run.scheduler, recipe, generator,
+        device=run.ctx.device, desc=f"{run.name} s{run.seed} epoch {epoch + 1}/{recipe.epochs}",
+        progress=progress, ctx=run.ctx, bf16=run.bf16,
     )  # fmt: skip
-    val = evaluate(run.model, data.val_images, data.val_labels, device=run.device)
+    val = evaluate(run.model, data.val_images, data.val_labels, device=run.ctx.device, ctx=run.ctx)
     row = {
         "epoch": epoch + 1,
         **stats,
@@ -202,8 +232,11 @@ def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, prog
         "lr": run.scheduler.get_last_lr()[0],
         "epoch_seconds": time.perf_counter() - start,
     }
-    append_jsonl(run.directory / ckpt.METRICS, [row])
-    ckpt.save_resume_state(run.directory, run.model, run.optimizer, run.scheduler, epoch + 1, run.fingerprint)
+    if run.ctx.is_main:
+        append_jsonl(run.directory / ckpt.METRICS, [row])
+        ckpt.save_resume_state(
+            run.directory, run.model, run.optimizer, run.scheduler, epoch + 1, run.fingerprint
+        )
     log.info(
         "%s seed %d epoch %d: loss %.3f train acc %.3f val acc %.3f (%.0f img/s)",
         run.name, run.seed, epoch + 1, stats["train_loss"], stats["train_accuracy"], val["accuracy"],
@@ -213,11 +246,12 @@ def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, prog
 
 
 def _finish(run: _Run, data: TrainingData, history: list[dict[str, Any]]) -> dict[str, Any]:
-    """Test accuracy, final weights (their sha256), throughput, cost and the model's description."""
-    test = evaluate(run.model, data.test_images, data.test_labels, device=run.device)
-    sha = ckpt.save_weights(run.directory / ckpt.WEIGHTS, run.model)
+    """Test accuracy, final weights (their sha256), throughput, cost and the model's description;
+    rank 0 writes the weights and its numbers are every rank's."""
+    test = evaluate(run.model, data.test_images, data.test_labels, device=run.ctx.device, ctx=run.ctx)
+    sha = ckpt.save_weights(run.directory / ckpt.WEIGHTS, run.model) if run.ctx.is_main else None
     desc = describe(run.model)
-    return {
+    final = {
         "test_accuracy": test["accuracy"], "test_loss": test["loss"],
         "eval_images_per_s": test["images_per_s"],
         "val_accuracy": history[-1]["val_accuracy"] if history else None,
@@ -225,6 +259,7 @@ def _finish(run: _Run, data: TrainingData, history: list[dict[str, Any]]) -> dic
         "train_seconds": sum(h["epoch_seconds"] for h in history), "checkpoint_sha256": sha,
         **compute_cost(run.model, data.info), **desc,
     }  # fmt: skip
+    return broadcast_object(run.ctx, final)
 
 
 def compute_cost(model: nn.Module, info: DatasetInfo) -> dict[str, float]:
