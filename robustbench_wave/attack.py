@@ -11,11 +11,21 @@ loads ``results/train/<dataset>/<model>/seed-<train-seed>/`` for every ``--model
 ``<out>/attack/<dataset-slug>/<run-name>/`` with records.csv.gz, meta.json, summary.csv, table.csv,
 table.tex and table.txt. Finished (model, attack, grad mode) chunks are saved in ``chunks/`` as they complete,
 so re-running a killed command with the same arguments resumes where it stopped.
+
+The examples (never the attacks) can be split over processes, with records identical to one process's:
+
+    torchrun --nproc_per_node 4 -m robustbench_wave.attack ...   # ranks; rank 0 merges and reports
+    python -m robustbench_wave.attack ... --shard 2/4            # one shard as its own job (Slurm array)
+    python -m robustbench_wave.report merge RUN                  # joins the --shard jobs' folders
+
+Each shard caches its chunks in ``RUN/shards/<i>-of-<n>/chunks/`` and so resumes by itself
+(:mod:`robustbench_wave.evaluation.sharding` owns the split and the merge).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shutil
 import sys
@@ -28,8 +38,19 @@ from torch import nn
 
 from robustbench_wave.attacks import BACKENDS, Suite, list_suites, load_suite
 from robustbench_wave.data import DatasetInfo, describe_datasets, load_split, to_float
+from robustbench_wave.distributed import (
+    DEVICE_CHOICES,
+    DistContext,
+    all_gather_object,
+    barrier,
+    init_distributed,
+    resolve_device,
+    shutdown,
+)
 from robustbench_wave.evaluation import ALL_MODES, EvaluationResult, evaluate
+from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.records import read_meta
+from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_results, shard_dir
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.reporting import tables
 from robustbench_wave.reporting.finalize import finalize_run
@@ -45,6 +66,10 @@ NO_SURROGATE = "none"
 #: What this module writes into a run folder (records, tables and report are written by the library).
 CONFIG_JSON = "config.json"
 CHUNKS_DIR = "chunks"
+
+#: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
+#: torchrun stops every rank as soon as one fails, so a long wait never hides a crash).
+COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600
 
 #: Columns of the cross-check table printed on the terminal.
 CROSSCHECK_COLUMNS = [
@@ -145,12 +170,26 @@ def get_args_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="reuse a run folder that holds a different configuration (its old chunks are discarded)",
     )
-    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help=f"{DEVICE_CHOICES}; auto = CUDA when present (each torchrun rank its local GPU), else CPU. "
+        "Attacks run in float32",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="evaluate only shard I of N (whole seeding blocks of examples) as its own job, e.g. a Slurm "
+        "array task; writes RUN/shards/I-of-N/ (join with python -m robustbench_wave.report merge RUN). "
+        "Under torchrun the ranks are the shards: do not pass it",
+    )
     p.add_argument(
         "--threads",
         type=int,
         default=0,
-        help="CPU threads for torch (0 = torch's default); on a busy shared machine 1 is often fastest",
+        help="CPU threads per process (0 = OMP_NUM_THREADS if set, else the local cores divided by the "
+        "local ranks); on a busy shared machine 1 is often fastest",
     )
     p.add_argument(
         "--no-diagnostics",
@@ -271,20 +310,25 @@ def default_run_name(models: list[str], suite_name: str, n: int, seed: int, trai
     return f"{'+'.join(models)}_{suite_name}_n{n}_seed{seed}_train{train_seed}"
 
 
-def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool) -> None:
+def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool, *, write: bool = True) -> None:
     """Write ``config.json``; a folder holding another configuration is refused unless ``overwrite``.
 
-    Overwriting discards the old chunks, so nothing computed under the old configuration is resumed.
+    ``write=False`` only checks (the ranks other than 0, which leave the folder to rank 0).
+    Overwriting discards the old chunks (the shards' too), so nothing computed under the old configuration is
+    resumed.
     """
     config_path = run_dir / CONFIG_JSON
     old = read_meta(config_path)
+    if old and old != config and not overwrite:
+        raise SystemExit(
+            f"{run_dir} holds a run with a different configuration; pass --run-name NAME for a new folder "
+            "or --overwrite to replace it"
+        )
+    if not write:
+        return
     if old and old != config:
-        if not overwrite:
-            raise SystemExit(
-                f"{run_dir} holds a run with a different configuration; pass --run-name NAME for a new folder "
-                "or --overwrite to replace it"
-            )
         shutil.rmtree(run_dir / CHUNKS_DIR, ignore_errors=True)
+        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
     atomic_write_json(config_path, config)
 
 
@@ -302,11 +346,11 @@ def _summary_line(name: str, result: EvaluationResult) -> str:
     )
 
 
-def _configure_process(threads: int, verbose: bool) -> None:
-    if threads > 0:
-        torch.set_num_threads(threads)  # explicit user request for this process only
+def _configure_logging(verbose: bool, ctx: DistContext) -> None:
+    prefix = f"[rank {ctx.rank}] " if ctx.distributed else ""
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if verbose else logging.WARNING,
+        format=f"{prefix}%(levelname)s %(name)s: %(message)s",
     )
 
 
@@ -332,15 +376,17 @@ def attack_models(
     modes: list[str],
     models: dict[str, Loaded],
     surrogate: Loaded | None,
-    run_dir: Path,
+    cache_dir: Path,
     *,
-    device: str,
+    device: torch.device,
     batch_size: int,
     progress: bool,
+    example_ids: torch.Tensor | None = None,
 ) -> list[EvaluationResult]:
-    """Run the suite on every model in turn; finished chunks are cached in ``run_dir/chunks``.
+    """Run the suite on every model in turn; finished chunks are cached in ``cache_dir``.
 
-    ``device``, ``batch_size`` and ``progress`` change only speed and memory, never the records.
+    ``device``, ``batch_size`` and ``progress`` change only speed and memory, never the records;
+    ``example_ids`` (default ``0..N-1``) are the ids of ``data``'s images in the whole run (a shard's slice).
     """
     images, labels, info = data
     results = []
@@ -372,7 +418,8 @@ def attack_models(
             model_name=name,
             progress=progress,
             cross_check=settings.cross_check,
-            cache_dir=run_dir / CHUNKS_DIR,
+            cache_dir=cache_dir,
+            example_ids=example_ids,
             extra_meta=extra,
         )
         results.append(result)
@@ -390,8 +437,23 @@ def _print_results(merged: EvaluationResult, run_dir: Path, paths: dict[str, Pat
     echo(f"\nwrote {run_dir}: " + ", ".join(sorted(p.name for p in paths.values())))
 
 
+@dataclass(frozen=True)
+class FinalizeOptions:
+    """How the finished run is diagnosed (a ``--shard`` job stores them for ``report merge``)."""
+
+    diagnostics: bool = True
+    n_diagnostics: int = 32
+    diagnostics_steps: int = 10
+    batch_size: int = 128
+    seed: int = 0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FinalizeOptions:
+        return cls(args.diagnostics, args.n_diagnostics, args.diagnostics_steps, args.batch_size, args.seed)
+
+
 def _diagnose(
-    args: argparse.Namespace,
+    options: FinalizeOptions,
     run_dir: Path,
     models: dict[str, Loaded],
     data: tuple[torch.Tensor, torch.Tensor, DatasetInfo],
@@ -404,10 +466,10 @@ def _diagnose(
         images,
         labels,
         info,
-        n_diagnostics=args.n_diagnostics,
-        diagnostics_steps=args.diagnostics_steps,
-        seed=args.seed,
-        batch_size=args.batch_size,
+        n_diagnostics=options.n_diagnostics,
+        diagnostics_steps=options.diagnostics_steps,
+        seed=options.seed,
+        batch_size=options.batch_size,
     )
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
@@ -415,10 +477,23 @@ def _diagnose(
     echo(f"report: {report}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; bad input (unknown suite, model or grad mode ...) ends with one clear line."""
-    args = get_args_parser().parse_args(argv)
-    _configure_process(args.threads, args.verbose)
+@dataclass(frozen=True)
+class Job:
+    """One invocation's inputs, resolved and validated (the same on every rank)."""
+
+    args: argparse.Namespace
+    settings: RunSettings
+    suite: Suite
+    modes: list[str]
+    data: tuple[torch.Tensor, torch.Tensor, DatasetInfo]
+    models: dict[str, Loaded]
+    surrogate: Loaded | None
+    config: dict[str, Any]
+    run_dir: Path
+
+
+def _prepare(args: argparse.Namespace) -> Job:
+    """Parse the suite and modes, load the test images and the models; bad input ends with one clear line."""
     settings = _settings(args)
     try:
         suite = select_suite(args.suite, args.attacks)
@@ -432,7 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
     n, info = len(data[1]), data[2]
-
     models = load_models(settings.models, settings.dataset, args.results_dir, settings.train_seed)
     surrogate = None
     if settings.has_surrogate:
@@ -444,19 +518,156 @@ def main(argv: list[str] | None = None) -> int:
         list(models), suite.name, n, settings.seed, settings.train_seed
     )
     run_dir = Path(args.out) / "attack" / info.slug / run_name
-    prepare_run_dir(run_dir, config, args.overwrite)
+    return Job(args, settings, suite, modes, data, models, surrogate, config, run_dir)
 
+
+def _choose_shard(args: argparse.Namespace, ctx: DistContext) -> Shard:
+    """torchrun's ranks are the shards; ``--shard i/n`` is one shard as its own job; else the whole run."""
+    if ctx.distributed and args.shard:
+        raise SystemExit(
+            "--shard is for jobs started without torchrun; under torchrun the ranks are the shards"
+        )
+    if ctx.distributed:
+        return Shard(ctx.rank, ctx.world_size)
+    try:
+        return Shard.parse(args.shard) if args.shard else Shard()
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+
+
+def _evaluate_shard(job: Job, shard: Shard, ctx: DistContext) -> EvaluationResult:
+    """Attack this shard's examples (all of them for the whole run) with every model, chunks cached."""
+    images, labels, info = job.data
+    if shard.is_whole:
+        data, ids, cache = job.data, None, job.run_dir / CHUNKS_DIR
+    else:
+        ids = shard.positions(torch.arange(len(labels)), job.suite.rng_block)
+        if not len(ids):
+            blocks = -(-len(labels) // job.suite.rng_block)
+            raise SystemExit(
+                f"shard {shard.index}/{shard.count} has no examples: {len(labels)} examples make {blocks} "
+                f"seeding blocks of {job.suite.rng_block}; use n <= {blocks} shards"
+            )
+        data, cache = (images[ids], labels[ids], info), shard_dir(job.run_dir, shard) / CHUNKS_DIR
     results = attack_models(
-        settings, suite, data, modes, models, surrogate, run_dir,
-        device=args.device, batch_size=args.batch_size, progress=args.progress,
+        job.settings, job.suite, data, job.modes, job.models, job.surrogate, cache,
+        device=ctx.device, batch_size=job.args.batch_size, progress=job.args.progress and ctx.is_main,
+        example_ids=ids,
     )  # fmt: skip
     merged = EvaluationResult.merge(results)
-    merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}
-    paths = merged.save(run_dir)
-    paths |= tables.write_tables(merged.records, run_dir, meta=merged.meta, cross=merged.crosscheck_records)
-    _print_results(merged, run_dir, paths)
-    if args.diagnostics:
-        _diagnose(args, run_dir, models, data)
+    merged.meta["provenance"]["execution"] = {
+        **ctx.provenance(),
+        "rank": ctx.rank,
+        "shard": None if shard.is_whole else f"{shard.index}/{shard.count}",
+    }
+    return merged
+
+
+def run_data_sha256(data: tuple[torch.Tensor, torch.Tensor, DatasetInfo]) -> str:
+    """The ``data_sha256`` one process records for the whole run (images, labels, ids ``0..N-1``)."""
+    images, labels, _ = data
+    return tensor_sha256(images.detach().float(), labels.long().view(-1), torch.arange(len(labels)))
+
+
+def _write_run(job: Job, merged: EvaluationResult) -> None:
+    """records.csv.gz, meta.json and the tables of the whole run, printed; the report comes after."""
+    merged.meta["run"] = {"run_dir": str(job.run_dir), "command": " ".join(sys.argv), "config": job.config}
+    paths = merged.save(job.run_dir)
+    paths |= tables.write_tables(
+        merged.records, job.run_dir, meta=merged.meta, cross=merged.crosscheck_records
+    )
+    _print_results(merged, job.run_dir, paths)
+
+
+def _run_whole(job: Job, ctx: DistContext) -> None:
+    prepare_run_dir(job.run_dir, job.config, job.args.overwrite)
+    _write_run(job, _evaluate_shard(job, Shard(), ctx))
+
+
+def _run_ranks(job: Job, shard: Shard, ctx: DistContext) -> None:
+    """Every rank evaluates its shard; rank 0 merges, checks completeness and writes the run."""
+    prepare_run_dir(job.run_dir, job.config, job.args.overwrite, write=ctx.is_main)
+    barrier(ctx)
+    result = _evaluate_shard(job, shard, ctx)
+    gathered = all_gather_object(ctx, (shard, result))
+    if ctx.is_main:
+        merged = merge_results(
+            [r for _, r in gathered],
+            [s for s, _ in gathered],
+            range(len(job.data[1])),
+            run_data_sha256(job.data),
+        )
+        _write_run(job, merged)
+    barrier(ctx)
+
+
+def _run_shard_job(job: Job, shard: Shard, ctx: DistContext) -> None:
+    """One ``--shard i/n`` job: its records and meta in RUN/shards/i-of-n/, merged later by the report CLI."""
+    folder = shard_dir(job.run_dir, shard)
+    prepare_run_dir(folder, job.config, job.args.overwrite)
+    result = _evaluate_shard(job, shard, ctx)
+    a = job.args
+    result.meta["run"] = {"run_dir": str(job.run_dir), "command": " ".join(sys.argv), "config": job.config}
+    result.meta["shard"] = {
+        **shard.to_dict(),
+        "example_ids": shard.positions(torch.arange(len(job.data[1])), job.suite.rng_block).tolist(),
+        "run_n_examples": len(job.data[1]),
+        "run_data_sha256": run_data_sha256(job.data),
+        "results_dir": str(a.results_dir),
+        "finalize": dataclasses.asdict(FinalizeOptions.from_args(a)),
+    }
+    paths = result.save(folder)
+    echo(f"wrote shard {shard.index}/{shard.count} of {job.run_dir}: {folder} ({', '.join(sorted(paths))})")
+    echo(f"when every shard is done: python -m robustbench_wave.report merge {job.run_dir}")
+
+
+def finalize_merged_run(
+    run_dir: Path, config: dict[str, Any], results_dir: Path, options: FinalizeOptions, device: str = "auto"
+) -> None:
+    """What the attack command does after writing a run, for a run joined from ``--shard`` jobs: reload its
+    models (their checkpoints must still be the ones attacked) and test images, then :func:`finalize_run`."""
+    models = load_models(config["models"], config["dataset"], results_dir, config["train_seed"])
+    hashes = checkpoint_hashes(models, "", None)
+    changed = [k for k, v in hashes.items() if config["checkpoints"].get(k) != v]
+    if changed:
+        raise SystemExit(
+            f"the checkpoints of {changed} changed since the shards were attacked; cannot diagnose"
+        )
+    data = load_test_images(config["dataset"], config["n_examples"])
+    dev = resolve_device(device)
+    for model, _ in models.values():
+        model.to(dev)
+    _diagnose(options, run_dir, models, data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; bad input (unknown suite, model or grad mode ...) ends with one clear line.
+
+    Started by torchrun, every rank evaluates its shard of the examples and rank 0 writes the run; the other
+    ranks wait at a barrier and return 0.
+    """
+    args = get_args_parser().parse_args(argv)
+    try:
+        ctx = init_distributed(args.device, timeout_s=COLLECTIVE_TIMEOUT_S)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    try:
+        _configure_logging(args.verbose, ctx)
+        if args.threads > 0:
+            torch.set_num_threads(args.threads)  # explicit user request for this process only
+        shard = _choose_shard(args, ctx)
+        job = _prepare(args)
+        if ctx.distributed:
+            _run_ranks(job, shard, ctx)
+        elif not shard.is_whole:
+            _run_shard_job(job, shard, ctx)
+            return 0
+        else:
+            _run_whole(job, ctx)
+        if args.diagnostics and ctx.is_main:
+            _diagnose(FinalizeOptions.from_args(args), job.run_dir, job.models, job.data)
+    finally:
+        shutdown(ctx)
     return 0
 
 

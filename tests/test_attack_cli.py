@@ -131,6 +131,8 @@ def test_cli_errors_and_help(tmp_path, capsys, fake_checkpoints: list[str]) -> N
         "--no-skip-broken",
         "--run-name",
         "--threads",
+        "--device",
+        "--shard",
     ):
         assert flag in helptext
     with pytest.raises(SystemExit, match="cannot load model 'patch'"):
@@ -139,3 +141,7 @@ def test_cli_errors_and_help(tmp_path, capsys, fake_checkpoints: list[str]) -> N
         attack.main([*_args(tmp_path, "--surrogate", "none"), "--suite", "nope"])
     with pytest.raises(SystemExit, match="grad-modes"):
         attack.main(_args(tmp_path, "--surrogate", "none", "--grad-modes", "exact,magic"))
+    with pytest.raises(SystemExit, match="i/n"):
+        attack.main(_args(tmp_path, "--surrogate", "none", "--shard", "2/2"))
+    with pytest.raises(SystemExit, match="shard 0/2 has no examples"):  # 10 examples = one block of 16
+        attack.main(_args(tmp_path, "--surrogate", "none", "--shard", "0/2"))
