@@ -13,8 +13,11 @@ STAMP  := $(VENV)/.installed
 # One thread per process: the models are small, and on 2 cores OpenMP's spinning threads cost more than they give.
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED = 1
+# Ranks for the demo: one per local core (each with OMP_NUM_THREADS threads), so the machine is not oversubscribed.
+NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
+RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline tokenpool test lint venv
+.PHONY: demo headline tokenpool test lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,12 +28,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## The main job: train patch + wavelet on Fashion-MNIST (~10 min on 2 CPU cores), attack, diagnose, report.
+## The main job: train patch + wavelet on Fashion-MNIST, attack, diagnose, report -- on every local core:
+## the two trainings run side by side (one run per rank), the attack splits the 1,000 test images over the ranks.
 demo: $(STAMP)
 	-command -v apt-get >/dev/null && [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true)
-	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
-	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
+	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --out $(OUT) --parallel runs
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
 
 ## The documented multi-seed headline: 3 training seeds x (patch, wavelet), the `headline` suite, one report.
 SEEDS    ?= 0 1 2
@@ -50,6 +54,12 @@ tokenpool: $(STAMP)
 	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --out $(OUT)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
 		--suite headline --n-examples 500 --out $(OUT)
+
+## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
+## benchmarks/results/latest.csv and latest.md. `make bench BENCH_ARGS=--quick` for a smoke run.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -150,9 +150,9 @@ def shutdown(ctx: DistContext) -> None:
 
 
 @contextmanager
-def distributed_run(device: str = "auto") -> Iterator[DistContext]:
+def distributed_run(device: str = "auto", *, timeout_s: int = 1800) -> Iterator[DistContext]:
     """``with distributed_run(args.device) as ctx:`` -- joins the group and always leaves it."""
-    ctx = init_distributed(device)
+    ctx = init_distributed(device, timeout_s=timeout_s)
     try:
         yield ctx
     finally:

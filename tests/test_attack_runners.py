@@ -311,3 +311,40 @@ def test_with_a_blocked_gradient_one_step_equals_many(family: str, backend: str,
                 )
     assert torch.equal(outs[0], outs[1])
     assert (outs[0] != x).any()  # the random start is there
+
+
+def test_square_small_eps_budget_is_an_explicit_protocol_choice(monkeypatch):
+    """Off by default (every eps gets n_queries); with small_eps_below set, smaller eps get small_eps_queries."""
+    import torchattacks
+
+    seen: list[tuple[float, int]] = []
+
+    class Recorder:
+        def __init__(self, model, *, eps, n_queries, **kwargs):
+            seen.append((eps, n_queries))
+
+        def __call__(self, x, y):
+            return x
+
+    monkeypatch.setattr(torchattacks, "Square", Recorder)
+    x, y, model = toy_data(4), torch.zeros(4, dtype=torch.long), nn.Flatten()  # the recorder never queries
+    runner = get_runner("square", "torchattacks").fn
+    default = _entry("square", "Linf", n_queries=300)
+    reduced = _entry("square", "Linf", n_queries=300, small_eps_below=0.05, small_eps_queries=20)
+    for entry in (default, reduced):
+        for eps in (0.01, 0.05, 0.1):
+            runner(model, x, y, torch.arange(len(x)), eps, entry, RunContext())
+    assert seen == [(0.01, 300), (0.05, 300), (0.1, 300), (0.01, 20), (0.05, 300), (0.1, 300)]
+
+
+def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> None:
+    """Records must not depend on how points are batched (batch size, shards): GradSafe pads a singleton."""
+    from robustbench_wave.data import dataset_info
+    from robustbench_wave.models.vit import build_model
+
+    torch.manual_seed(0)
+    model = GradSafe(build_model("patch", dataset_info("synthetic")).eval())
+    x = torch.rand(5, 1, 32, 32)
+    with torch.no_grad():
+        batched = model(x)
+        assert all(torch.equal(model(x[i : i + 1]), batched[i : i + 1]) for i in range(5))

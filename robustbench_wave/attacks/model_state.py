@@ -67,7 +67,10 @@ class GradSafe(nn.Module):
         self._device_anchor = nn.Parameter(torch.zeros(0, device=model_device(model)), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x)
+        # A one-row batch takes other CPU kernels (matrix-vector) than every larger batch, so a point's logits
+        # would differ in the last bits from the same point inside a batch; padding with a copy keeps records
+        # independent of how points are batched (batch size, shards, points left to attack).
+        logits = self.model(torch.cat([x, x]))[:1] if x.shape[0] == 1 else self.model(x)
         if torch.is_grad_enabled() and x.requires_grad:
             logits = logits + 0.0 * x.flatten(1).sum(1, keepdim=True)
         return logits
