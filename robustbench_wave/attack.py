@@ -52,6 +52,7 @@ from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.records import read_meta
 from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_results, shard_dir
 from robustbench_wave.io import atomic_write_json
+from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env, compile_model
 from robustbench_wave.reporting import tables
 from robustbench_wave.reporting.finalize import finalize_run
 from robustbench_wave.reporting.runs import VERDICT_JSON
@@ -192,6 +193,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         "local ranks); on a busy shared machine 1 is often fastest",
     )
     p.add_argument(
+        "--compile",
+        choices=[m.value for m in CompileMode],
+        default=compile_mode_from_env().value,
+        help="run the models through torch.compile (default: $RBW_COMPILE, else off). Compiled kernels reorder "
+        "float operations, so records differ from eager ones in the last bits and the mode is part of the run; "
+        "on the 2-core CPU it did not pay (benchmarks/README.md)",
+    )
+    p.add_argument(
         "--no-diagnostics",
         dest="diagnostics",
         action="store_false",
@@ -233,6 +242,7 @@ class RunSettings:
     surrogate: str
     skip_broken: bool
     cross_check: bool
+    compile: str = CompileMode.OFF.value
 
     @property
     def has_surrogate(self) -> bool:
@@ -253,7 +263,7 @@ class RunSettings:
             "skip_broken": self.skip_broken,
             "cross_check": self.cross_check,
             "checkpoints": hashes,
-        }
+        } | ({"compile": self.compile} if self.compile != CompileMode.OFF.value else {})
 
 
 def select_suite(suite: str, attacks: str | None) -> Suite:
@@ -366,6 +376,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         surrogate=args.surrogate,
         skip_broken=args.skip_broken,
         cross_check=args.cross_check,
+        compile=args.compile,
     )
 
 
@@ -508,6 +519,7 @@ def _prepare(args: argparse.Namespace) -> Job:
         raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
     n, info = len(data[1]), data[2]
     models = load_models(settings.models, settings.dataset, args.results_dir, settings.train_seed)
+    models = {name: (compile_model(m, settings.compile), meta) for name, (m, meta) in models.items()}
     surrogate = None
     if settings.has_surrogate:
         surrogate = models.get(settings.surrogate) or load_model(

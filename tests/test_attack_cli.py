@@ -145,3 +145,19 @@ def test_cli_errors_and_help(tmp_path, capsys, fake_checkpoints: list[str]) -> N
         attack.main(_args(tmp_path, "--surrogate", "none", "--shard", "2/2"))
     with pytest.raises(SystemExit, match="shard 0/2 has no examples"):  # 10 examples = one block of 16
         attack.main(_args(tmp_path, "--surrogate", "none", "--shard", "0/2"))
+
+
+def test_compile_mode_is_part_of_the_run_only_when_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled kernels change records in the last bits: a compiled run must not reuse an eager run's folder,
+    while eager runs keep the configuration they always had."""
+    args = attack.get_args_parser().parse_args(["--model", "patch"])
+    assert args.compile == "off"
+    suite = attack.select_suite("smoke", None)
+    eager = attack._settings(args).to_config(suite, {})
+    assert "compile" not in eager
+    compiled = attack._settings(
+        attack.get_args_parser().parse_args(["--model", "patch", "--compile", "default"])
+    )
+    assert compiled.to_config(suite, {})["compile"] == "default"
+    monkeypatch.setenv("RBW_COMPILE", "max-autotune")
+    assert attack.get_args_parser().parse_args(["--model", "patch"]).compile == "max-autotune"
