@@ -414,15 +414,9 @@ def evaluate(
     """
     t_start = time.perf_counter()
     suite = load_suite(suite)
+    ds_name = str(getattr(dataset, "name", dataset) if dataset is not None else "custom")
     settings = EvalSettings(
-        model_name=model_name,
-        dataset=str(getattr(dataset, "name", dataset) if dataset is not None else "custom"),
-        backend=backend,
-        seed=seed,
-        batch_size=batch_size,
-        skip_broken=skip_broken,
-        cross_check=cross_check,
-        progress=progress,
+        model_name, ds_name, backend, seed, batch_size, skip_broken, cross_check, progress
     )
     data = _check_inputs(images, labels, example_ids)
     modes = resolve_grad_modes(model, grad_modes)
@@ -433,7 +427,6 @@ def evaluate(
     with _attack_context(model, surrogate, seed) as ctx:
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev)
         chunks, resumed = _attack_all(run, plan, cache)
-    cross = [c[1] for c in chunks if c[1] is not None]
     model_run = ModelRun(
         name=model_name,
         model=model,
@@ -447,7 +440,13 @@ def evaluate(
         extra=extra_meta,
     )
     meta = build_meta(plan, settings, data, model_run, device=dev, fingerprint=fingerprint)
-    records = rec.concat(clean[0] + [c[0] for c in chunks])
+    return _result(clean[0], chunks, meta)
+
+
+def _result(clean: list[pd.DataFrame], chunks: list[Any], meta: dict[str, Any]) -> EvaluationResult:
+    """The records in suite order (clean first), the cross-check records if any, and the meta."""
+    cross = [c[1] for c in chunks if c[1] is not None]
+    records = rec.concat(clean + [c[0] for c in chunks])
     return EvaluationResult(records, meta, rec.concat(cross) if cross else None)
 
 

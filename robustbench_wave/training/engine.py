@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -81,6 +82,52 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def _epoch_batches(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    recipe: Recipe,
+    generator: torch.Generator,
+    device: torch.device,
+    ctx: DistContext,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The epoch's seeded global batches; with several ranks, this rank's fixed slice of each."""
+    batches = iterate_batches(
+        images,
+        labels,
+        recipe.batch_size,
+        generator=generator,
+        augmentation=recipe.augmentation,
+        device=None if ctx.distributed else device,
+        drop_last=True,
+    )
+    return shard_batches(batches, ctx) if ctx.distributed else batches
+
+
+def _train_step(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    recipe: Recipe,
+    device: torch.device,
+    bf16: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimisation step of the recipe; returns the logits and the loss of the batch."""
+    with autocast(device, bf16):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=recipe.label_smoothing)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"training loss became {loss.item()}; lower --lr or check the data")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # DDP: the gradient is averaged over the ranks here, before clipping
+    if recipe.grad_clip:
+        nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+    optimizer.step()
+    scheduler.step()
+    return logits, loss
+
+
 def train_one_epoch(
     model: nn.Module,
     images: torch.Tensor,
@@ -103,33 +150,13 @@ def train_one_epoch(
     """
     model.train()
     total_loss = correct = seen = 0.0
-    batches = iterate_batches(
-        images,
-        labels,
-        recipe.batch_size,
-        generator=generator,
-        augmentation=recipe.augmentation,
-        device=None if ctx.distributed else device,
-        drop_last=True,
-    )
-    if ctx.distributed:
-        batches = shard_batches(batches, ctx)
+    batches = _epoch_batches(images, labels, recipe, generator, device, ctx)
     n_batches = len(labels) // recipe.batch_size
     start = time.perf_counter()
     show = progress and ctx.is_main
     with tqdm(batches, total=n_batches, desc=desc, leave=False, disable=not show, unit="batch") as bar:
         for x, y in bar:
-            with autocast(device, bf16):
-                logits = model(x)
-                loss = F.cross_entropy(logits, y, label_smoothing=recipe.label_smoothing)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()}; lower --lr or check the data")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # DDP: the gradient is averaged over the ranks here, before clipping
-            if recipe.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            logits, loss = _train_step(model, x, y, optimizer, scheduler, recipe, device, bf16)
             total_loss += loss.item() * len(y)
             correct += (logits.argmax(1) == y).sum().item()
             seen += len(y)

@@ -7,6 +7,7 @@ accuracy must never rise with the budget, and a point broken at any iterate must
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -110,6 +111,20 @@ class EpsMonotone(RecordCheck):
         return CheckResult(self.name, passed, numbers, meaning, mode)
 
 
+def _white_box_against(
+    name: str,
+    records: pd.DataFrame,
+    mode: str,
+    others: Callable[[pd.DataFrame], pd.Series],
+    tol: float,
+    pairing: Pairing,
+) -> CheckResult:
+    """This mode's white-box attacks against the attacks ``others`` selects, on the points both judged."""
+    rows = mode_view(check_records(records), mode)
+    white_box = (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode)
+    return pairwise_result(name, rows, mode, white_box, others(rows), tol, pairing)
+
+
 @register_check
 @dataclass(frozen=True)
 class WhiteboxBeatsBlackbox(RecordCheck):
@@ -123,13 +138,11 @@ class WhiteboxBeatsBlackbox(RecordCheck):
     tol: float = 0.02  # share of compared points Square/transfer break but white-box holds
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
-        rows = mode_view(check_records(records), mode)
-        return pairwise_result(
+        return _white_box_against(
             self.name,
-            rows,
+            records,
             mode,
-            (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode),
-            rows["kind"].isin(GRADIENT_FREE_KINDS),
+            lambda rows: rows["kind"].isin(GRADIENT_FREE_KINDS),
             self.tol,
             Pairing(
                 "white-box and black-box/transfer attacks",
@@ -153,13 +166,11 @@ class WhiteboxBeatsNoise(RecordCheck):
     tol: float = 0.02  # share of compared points noise breaks but white-box holds
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
-        rows = mode_view(check_records(records), mode)
-        return pairwise_result(
+        return _white_box_against(
             self.name,
-            rows,
+            records,
             mode,
-            (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode),
-            rows["kind"] == AttackKind.NOISE.value,
+            lambda rows: rows["kind"] == AttackKind.NOISE.value,
             self.tol,
             Pairing(
                 "white-box attacks and random noise",
