@@ -40,11 +40,26 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Pat
     tmp_path = Path(tmp)
     try:
         writer(tmp_path)
+        os.chmod(tmp_path, file_mode())  # mkstemp makes 0600; results are meant to be shared
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
     return path
+
+
+def file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file: 0666 less the process's umask."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: read the umask by setting it (and put it back at once)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustbench_wave"
 LAYER = {
     "io": 0,
     "distributed": 0,
+    "runfolder": 0,
     "data": 1,
     "models": 2,
     "attacks": 3,
@@ -23,7 +24,7 @@ LAYER = {
     "analysis": 5,
     "reporting": 6,
 }
-COMMAND_LINES = {"train", "attack", "report", "__init__"}
+COMMAND_LINES = {"train", "attack", "report", "cli", "__init__"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

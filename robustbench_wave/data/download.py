@@ -27,13 +27,22 @@ _BLOCK = 1 << 20
 
 
 def data_dir(root: str | os.PathLike | None = None) -> Path:
-    """Where downloads and decoded caches live: ``root``, else ``$RBW_DATA_DIR``, else the user cache."""
-    if root is not None:
-        return Path(root).expanduser()
+    """Where downloads and decoded caches live: ``root``, else ``$RBW_DATA_DIR``, else the user cache.
+
+    A file in that place is refused here, before a download or a decode would fail half-way."""
     env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "robustbench_wave" / "data"
+    if root is not None:
+        path, origin = Path(root).expanduser(), "--data-dir"
+    elif env:
+        path, origin = Path(env).expanduser(), f"${DATA_DIR_ENV}"
+    else:
+        path, origin = Path.home() / ".cache" / "robustbench_wave" / "data", "the default data folder"
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                raise ValueError(f"{origin} {path}: {place} is a file, not a folder; give a data folder")
+            break
+    return path
 
 
 def md5_file(path: Path) -> str:
