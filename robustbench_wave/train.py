@@ -8,6 +8,10 @@ epoch when re-run after a kill; :mod:`robustbench_wave.training.summary` writes 
 table: clean test accuracy, parameters, tokens, token width, FLOPs and throughput). Under
 ``torchrun --nproc_per_node N`` the ranks either train each model together with DDP (``--parallel data``)
 or share out the (model, seed) runs (``--parallel runs``); see :mod:`robustbench_wave.training.parallel`.
+
+Every input is checked before the first write (:func:`check_inputs`): counts, model specs, the data set,
+the device, ``--out`` and that every run folder lies inside it, so a refused command ends with one line and
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,18 +22,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.data import dataset_info, describe_datasets, load_split
+from robustbench_wave.cli import (
+    ALL,
+    Parser,
+    count_or_all,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
+from robustbench_wave.data import DatasetInfo, dataset_info, describe_datasets, load_split
 from robustbench_wave.distributed import (
     DEVICE_CHOICES,
     DistContext,
     all_gather_object,
     barrier,
     distributed_run,
+    resolve_device,
 )
-from robustbench_wave.models.zoo import list_zoo, load_spec
+from robustbench_wave.models.vit import check_buildable
+from robustbench_wave.models.zoo import list_zoo, load_spec, spec_path
+from robustbench_wave.runfolder import check_inside, check_writable_root
+from robustbench_wave.training.checkpoint import run_dir
 from robustbench_wave.training.engine import Recipe
 from robustbench_wave.training.parallel import Parallelism, assign_runs, check_bf16
-from robustbench_wave.training.runner import TrainConfig, TrainingData, load_training_data, train_model
+from robustbench_wave.training.runner import (
+    TrainConfig,
+    TrainingData,
+    check_splits,
+    load_training_data,
+    train_model,
+)
 from robustbench_wave.training.summary import format_summary, write_summary
 
 #: How long a rank waits for the others at a barrier: with ``--parallel runs`` a rank that finished its
@@ -37,15 +60,25 @@ from robustbench_wave.training.summary import format_summary, write_summary
 TRAIN_TIMEOUT_S = 7 * 24 * 3600
 
 
+def non_negative_float(text: str) -> float:
+    """A weight decay: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 def get_args_parser() -> argparse.ArgumentParser:
     defaults = Recipe()
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m robustbench_wave.train",
         description="Train zoo ViTs (patch, wavelet, Token Pooling) on one shared recipe; write checkpoints "
         "(safetensors), per-epoch metrics and a summary table. Re-running a killed command resumes it. "
         "Under `torchrun --nproc_per_node N -m robustbench_wave.train ...` the ranks share the work "
         "(see --parallel); without torchrun it is one process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--model",
@@ -65,16 +98,23 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="cache/download folder for data sets (default $RBW_DATA_DIR or ~/.cache/robustbench_wave/data)",
     )
     p.add_argument(
-        "--epochs", type=int, default=defaults.epochs, help="training epochs (same for every model)"
+        "--epochs", type=positive_int, default=defaults.epochs, help="training epochs (same for every model)"
     )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=defaults.batch_size,
         help="global training batch size (under torchrun with --parallel data, each of N ranks takes batch/N)",
     )
-    p.add_argument("--lr", type=float, default=defaults.lr, help="peak AdamW learning rate (cosine schedule)")
-    p.add_argument("--weight-decay", type=float, default=defaults.weight_decay, help="AdamW weight decay")
+    p.add_argument(
+        "--lr", type=positive_float, default=defaults.lr, help="peak AdamW learning rate (cosine schedule)"
+    )
+    p.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=defaults.weight_decay,
+        help="AdamW weight decay (>= 0)",
+    )
     p.add_argument(
         "--augmentation",
         action="store_true",
@@ -83,33 +123,38 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--seed",
-        type=int,
+        type=non_negative_int,
         nargs="+",
         default=[0],
         help="training seed(s); several seeds train several runs per model (mean ± spread later)",
     )
     p.add_argument(
         "--train-subset",
-        type=int,
+        type=count_or_all,
         default=None,
         metavar="N",
-        help="train on a random N-image subset of the training split (smoke runs)",
+        help=f"train on a random N-image subset of the training split (smoke runs; N >= 1), or '{ALL}': "
+        "the whole split (default)",
     )
     p.add_argument(
         "--test-subset",
-        type=int,
+        type=count_or_all,
         default=None,
         metavar="N",
-        help="evaluate on the first N test images only (smoke runs)",
+        help=f"evaluate on the first N test images only (smoke runs; N >= 1), or '{ALL}': the whole split "
+        "(default)",
     )
     p.add_argument(
         "--val-fraction",
-        type=float,
+        type=open_fraction,
         default=defaults.val_fraction,
-        help="share of the training split held out for validation (seeded split)",
+        help="share of the training split held out for validation (seeded split; strictly between 0 and 1)",
     )
     p.add_argument(
-        "--out", default="results", help="results folder; runs go to OUT/train/<dataset>/<model>/seed-S"
+        "--out",
+        default="results",
+        help="results folder; runs go to OUT/train/<dataset>/<model>/seed-S (training writes nothing outside "
+        "it; data set downloads go to --data-dir)",
     )
     p.add_argument(
         "--device",
@@ -132,7 +177,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         "trained as one process. Without torchrun both are one process",
     )
     p.add_argument(
-        "--fresh", action="store_true", help="discard an existing run instead of resuming or reusing it"
+        "--fresh",
+        action="store_true",
+        help="discard an existing run (the files training writes, nothing else) instead of resuming or "
+        "reusing it",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -179,28 +227,41 @@ def run(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    if args.epochs < 1 or args.batch_size < 1:
-        raise SystemExit("--epochs and --batch-size must be positive")
-    names = args.model or list_zoo()
-    for name in names:
-        load_spec(name)  # fail early on unknown names, before any data is loaded
-    config = config_from_args(args)
+    names, seeds, config, info = check_inputs(args)
     with distributed_run(args.device, timeout_s=TRAIN_TIMEOUT_S) as ctx:
         if not ctx.is_main:
             logging.getLogger().setLevel(logging.WARNING)  # one log, from rank 0
-        check_bf16(ctx.device, config.bf16)  # before any data is loaded
         _fetch_data_once(config, ctx)
-        jobs = [(seed, name) for seed in args.seed for name in names]
+        loaded = {seeds[0]: _data_of(config, seeds[0])}
+        check_splits(loaded[seeds[0]], config.recipe)  # on every rank before any run (no seed changes sizes)
+        jobs = [(seed, name) for seed in seeds for name in names]
         if Parallelism(args.parallel) is Parallelism.RUNS:
-            rows = _train_runs_per_rank(jobs, config, ctx)
+            rows = _train_runs_per_rank(jobs, config, ctx, loaded)
         else:
-            rows = _train_together(jobs, config, ctx)
+            rows = _train_together(jobs, config, ctx, loaded)
         if ctx.is_main:
-            info = dataset_info(config.dataset, root=config.data_dir)
             path, table = write_summary(config.out, info, rows)
             shown = table[table["model"].isin([r["model"] for r in rows])]
             sys.stdout.write(f"\nTraining summary ({info.name}; {path}):\n{format_summary(shown)}\n")
     return 0
+
+
+def check_inputs(args: argparse.Namespace) -> tuple[list[str], list[int], TrainConfig, DatasetInfo]:
+    """Everything that can be refused, refused before the first write (ValueError): ``--out``, the recipe,
+    every model spec, the data set, the device and ``--bf16``, and every run folder inside ``--out``.
+    Returns the models and seeds (each once), the configuration and the data set's description."""
+    out = check_writable_root(args.out)
+    config = config_from_args(args)
+    names = list(dict.fromkeys(args.model or list_zoo()))
+    seeds = list(dict.fromkeys(args.seed))
+    specs = [load_spec(name) for name in names]
+    info = dataset_info(config.dataset, root=config.data_dir)
+    for name, spec in zip(names, specs, strict=True):
+        check_buildable(spec, info, str(spec_path(name)))
+        for seed in seeds:
+            check_inside(out, run_dir(out, info.slug, spec["name"], seed))
+    check_bf16(resolve_device(args.device), config.bf16)
+    return names, seeds, config, info
 
 
 def _fetch_data_once(config: TrainConfig, ctx: DistContext) -> None:
@@ -223,10 +284,11 @@ def _data_of(config: TrainConfig, seed: int) -> TrainingData:
 
 
 def _train_together(
-    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext
+    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext, loaded: dict[int, TrainingData]
 ) -> list[dict[str, Any]]:
-    """``--parallel data``: every rank takes part in every run (DDP when there are several)."""
-    rows, loaded = [], {}
+    """``--parallel data``: every rank takes part in every run (DDP when there are several); ``loaded``
+    holds the splits of one seed already in memory."""
+    rows = []
     for seed, name in jobs:
         if seed not in loaded:
             loaded = {seed: _data_of(config, seed)}  # one seed's splits in memory at a time
@@ -235,13 +297,21 @@ def _train_together(
 
 
 def _train_runs_per_rank(
-    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext
+    jobs: list[tuple[int, str]], config: TrainConfig, ctx: DistContext, loaded: dict[int, TrainingData]
 ) -> list[dict[str, Any]]:
-    """``--parallel runs``: run i is trained by rank i mod N alone; every rank gets all rows, in run order."""
+    """``--parallel runs``: run i is trained by rank i mod N alone; every rank gets all rows, in run order.
+    A run refused on one rank (e.g. its folder is locked) ends every rank once all have finished theirs."""
     alone = DistContext(device=ctx.device)  # this rank's device, no process group
-    mine = _train_together(assign_runs(jobs, ctx), config, alone)
-    parts = all_gather_object(ctx, mine)
-    return [parts[i % ctx.world_size][i // ctx.world_size] for i in range(len(jobs))]
+    mine, refusal = [], None
+    try:
+        mine = _train_together(assign_runs(jobs, ctx), config, alone, loaded)
+    except ValueError as err:
+        refusal = str(err)
+    parts = all_gather_object(ctx, (mine, refusal))
+    refusals = [part[1] for part in parts if part[1] is not None]
+    if refusals:
+        raise ValueError(refusals[0])
+    return [parts[i % ctx.world_size][0][i // ctx.world_size] for i in range(len(jobs))]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Training on several ranks (gloo on CPU): a DDP step matches the one-process step, the sharded evaluation
 is the one-process evaluation, ``torchrun -m robustbench_wave.train`` writes one run that matches one
-process and resumes after a kill -9, and ``--parallel runs`` trains every run exactly once."""
+process and resumes after a kill -9, a locked run folder stops every rank, and ``--parallel runs`` trains
+every run exactly once."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from robustbench_wave import train
 from robustbench_wave.data import iterate_batches, load_split
 from robustbench_wave.distributed import DistContext, distributed_run
 from robustbench_wave.models.vit import build_model
+from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, parallel
 from robustbench_wave.training.runner import TrainConfig, load_training_data, train_model
@@ -129,13 +131,15 @@ def test_uneven_global_batch_and_bf16_on_cpu_are_refused(tmp_path):
 
 
 def _torchrun(
-    *args: str, program: list[str] | None = None, check: bool = True
+    *args: str, program: list[str] | None = None, check: bool = True, timeout: float | None = None
 ) -> subprocess.CompletedProcess:
     """Two gloo ranks of ``python -m robustbench_wave.train ARGS`` (or of ``program``)."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     target = ["--no-python", *program] if program else ["-m", "robustbench_wave.train"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([*launcher, *target, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [*launcher, *target, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -166,7 +170,7 @@ def test_two_rank_cli_writes_one_run_that_matches_one_process(tmp_path, one_rank
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     metrics = [json.loads(line) for line in (directory / ckpt.METRICS).read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]  # written once, by rank 0
-    assert sorted(p.name for p in directory.iterdir()) == [ckpt.CONFIG, ckpt.METRICS, ckpt.WEIGHTS]
+    assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE, ckpt.CONFIG, ckpt.METRICS, ckpt.WEIGHTS]
     config = json.loads((directory / ckpt.CONFIG).read_text())
     assert config["provenance"]["world_size"] == 2 and config["provenance"]["backend"] == "gloo"
     assert config["provenance"]["device"] == "cpu" and config["precision"] == "float32"
@@ -217,6 +221,29 @@ def test_two_ranks_resume_after_kill_9_and_so_does_one(tmp_path, one_rank):
         train.main([*ARGS, "--out", str(tmp_path / "alone")])
     assert alone.read_text().splitlines()[:1] == epoch_1 and len(alone.read_text().splitlines()) == 2
     _assert_close(_weights(tmp_path / "alone"), _weights(one_rank))
+
+
+def test_a_locked_run_folder_stops_every_rank(tmp_path):
+    """Rank 0 holds the lock for the run; when it is refused, rank 1 learns it too instead of waiting in
+    the first collective (for TRAIN_TIMEOUT_S)."""
+    directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
+    with RunLock(directory):
+        proc = _torchrun(*ARGS, "--out", str(tmp_path), check=False, timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("is in use by another run") == 2  # each rank ends with the lock's message
+    assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]
+
+
+def test_a_run_refused_on_one_rank_of_parallel_runs_ends_every_rank(tmp_path):
+    """``--parallel runs``: rank 0's run folder is locked; rank 1 trains its own run, then both stop with
+    the lock's message instead of rank 1 waiting for rank 0's rows."""
+    args = ["--dataset", "synthetic", "--train-subset", "100", "--test-subset", "32", "--batch-size", "30",
+            "--epochs", "1", "--no-progress", "--model", "patch", "--model", "wavelet", "--parallel", "runs"]  # fmt: skip
+    with RunLock(ckpt.run_dir(tmp_path, "synthetic", "patch", 0)):
+        proc = _torchrun(*args, "--out", str(tmp_path), check=False, timeout=300)
+    assert proc.returncode != 0 and proc.stderr.count("is in use by another run") == 2
+    assert (ckpt.run_dir(tmp_path, "synthetic", "wavelet", 0) / ckpt.WEIGHTS).exists()  # rank 1's run
+    assert not (tmp_path / "train" / "synthetic" / "summary.csv").exists()
 
 
 def test_parallel_runs_trains_each_run_once_on_one_rank(tmp_path):

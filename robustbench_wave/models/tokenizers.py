@@ -14,6 +14,7 @@ hybrid embeds do. To add one, write the class and register it with :func:`regist
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,11 +66,31 @@ def register_tokenizer(
     def wrap(obj: _T) -> _T:
         if name in TOKENIZERS:
             raise ValueError(f"tokenizer {name!r} is already registered; choose another name")
-        build = (lambda args: partial(obj, **args)) if isinstance(obj, type) else obj
+        build = _keyword_builder(name, obj) if isinstance(obj, type) else obj
         TOKENIZERS[name] = Tokenizer(name, build, token_size, normalize_input)  # type: ignore[arg-type]
         return obj
 
     return wrap
+
+
+#: Arguments timm's ``VisionTransformer`` passes to every ``embed_layer``; a spec does not set them.
+_TIMM_EMBED_ARGS = frozenset({"self", "img_size", "in_chans", "embed_dim", "bias"})
+
+
+def _keyword_builder(name: str, cls: type) -> Callable[[dict[str, Any]], EmbedLayer]:
+    """``tokenizer_args -> partial(cls, **args)`` that refuses an argument ``cls`` does not name (its
+    ``**kwargs`` take timm's extras, and would otherwise swallow a misspelt spec field without a word)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(cls.__init__).parameters.values()
+    accepted = sorted({p.name for p in params if p.kind in kinds} - _TIMM_EMBED_ARGS)
+
+    def build(args: dict[str, Any]) -> EmbedLayer:
+        unknown = sorted(set(args) - set(accepted))
+        if unknown:
+            raise ValueError(f"unknown {name} tokenizer arguments {unknown}; it takes {accepted}")
+        return partial(cls, **args)
+
+    return build
 
 
 def list_tokenizers() -> list[str]:

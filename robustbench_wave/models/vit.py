@@ -20,7 +20,7 @@ from timm.models import register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from robustbench_wave.models.tokenizers import get_tokenizer
+from robustbench_wave.models.tokenizers import Tokenizer, get_tokenizer
 from robustbench_wave.models.zoo import load_spec
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,22 @@ def _check_pretrained(pretrained: bool) -> None:
         )
 
 
+def _token_size(entry: Tokenizer, tokenizer_args: dict[str, Any], img_size: int) -> int:
+    """The side in pixels of one token, a whole number >= 1 that divides the image side."""
+    try:
+        size = entry.token_size(tokenizer_args)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(f"tokenizer_args {tokenizer_args} give no token size: {err}") from None
+    if size < 1:
+        raise ValueError(f"tokenizer_args {tokenizer_args} give a token size of {size} px; it must be >= 1")
+    if img_size % size:
+        raise ValueError(
+            f"image size {img_size} is not divisible by the token size {size} px (tokenizer_args "
+            f"{tokenizer_args}); choose a patch_size, or wavelet levels (token = 2^levels px), that divides it"
+        )
+    return size
+
+
 @register_model
 def rbw_vit(
     pretrained: bool = False,
@@ -109,12 +125,10 @@ def rbw_vit(
         kwargs.pop(key, None)
     tokenizer_args = dict(tokenizer_args or {})
     entry = get_tokenizer(tokenizer)
-    patch_size = entry.token_size(tokenizer_args)
+    patch_size = _token_size(entry, tokenizer_args, img_size)
     if attn_dim is not None and attn_dim % num_heads:
         raise ValueError(f"attn_dim {attn_dim} must be divisible by num_heads {num_heads}")
     attn_layer = attention_with_width(attn_dim) if attn_dim else Attention
-    if img_size % patch_size:
-        raise ValueError(f"image size {img_size} is not divisible by the token size {patch_size}")
     return VisionTransformer(
         img_size=img_size,
         patch_size=patch_size,
@@ -174,6 +188,16 @@ def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifie
     model = ImageClassifier(body, info.in_chans, info.img_size, normalize)
     log.debug("built %s: %d parameters", spec.get("name", "model"), count_parameters(model))
     return model
+
+
+def check_buildable(spec: dict[str, Any], info: Any, where: str) -> None:
+    """Build the model once on the CPU, the global random state untouched, so that a spec the data set
+    cannot take is refused before its run folder exists; ``where`` (the spec file) starts the message."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            build_model(spec, info)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{where}: {err}") from None
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -2,12 +2,16 @@
 
 A spec names a tokenizer, its arguments and a shared body (``models/bodies.toml``), so that every zoo model
 uses the same transformer and differs only where the comparison wants it to.  ``--model`` accepts a zoo
-name or the path of a TOML file with the same fields.
+name or the path of a TOML file with the same fields.  A spec is checked when it is read: its ``name``
+becomes a run folder, so it must be a safe folder name (:func:`robustbench_wave.runfolder.check_safe_name`),
+and the body sizes must make a transformer, so that a bad spec ends with one line naming the file and field
+instead of a traceback from deep inside timm.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -18,9 +22,13 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from robustbench_wave.models.tokenizers import list_tokenizers
+from robustbench_wave.runfolder import check_safe_name
 
 ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
 BODIES_FILE = "bodies.toml"
+
+#: Body sizes that must be whole numbers >= 1 (``attn_dim`` only when given).
+BODY_COUNTS = ("embed_dim", "depth", "num_heads")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -41,22 +49,29 @@ def load_bodies(zoo_dir: Path = ZOO_DIR) -> dict[str, dict[str, Any]]:
     return _read_toml(path) if path.exists() else {}
 
 
+def spec_path(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> Path:
+    """The TOML file behind a zoo name (``models/<name>.toml``) or a path given as such."""
+    path = Path(name_or_path)
+    return path if path.suffix == ".toml" else zoo_dir / f"{name_or_path}.toml"
+
+
 def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[str, Any]:
     """Resolve a zoo name (or a TOML path) into a full spec with ``name``, ``tokenizer``, ``tokenizer_args``,
     ``body`` (a dict of ``VisionTransformer`` sizes) and optional extra tables (e.g. ``tokenpool``)."""
-    path = Path(name_or_path)
-    if path.suffix != ".toml":
-        path = zoo_dir / f"{name_or_path}.toml"
+    path = spec_path(name_or_path, zoo_dir)
     if not path.exists():
         known = ", ".join(list_zoo(zoo_dir)) or "(none found)"
         raise ValueError(f"unknown model {str(name_or_path)!r}; zoo models in {zoo_dir}: {known}")
     spec = _read_toml(path)
     spec.setdefault("name", path.stem)
     spec.setdefault("tokenizer_args", {})
+    check_safe_name(spec["name"], f"{path}: name")
     if spec.get("tokenizer") not in list_tokenizers():
         raise ValueError(
             f"{path}: 'tokenizer' must be one of {list_tokenizers()}, got {spec.get('tokenizer')!r}"
         )
+    if not isinstance(spec["tokenizer_args"], dict):
+        raise ValueError(f"{path}: 'tokenizer_args' must be a table, got {spec['tokenizer_args']!r}")
     body = spec.get("body", "tiny")
     if isinstance(body, str):
         bodies = load_bodies(zoo_dir)
@@ -66,4 +81,28 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
             )
         spec["body_name"] = body
         spec["body"] = copy.deepcopy(bodies[body])
+        check_body(spec["body"], f"{path}: body {body!r} ({zoo_dir / BODIES_FILE})")
+    elif isinstance(body, dict):
+        check_body(body, f"{path}: body")
+    else:
+        raise ValueError(f"{path}: 'body' must be a body name or a table of sizes, got {body!r}")
     return spec
+
+
+def check_body(body: dict[str, Any], where: str) -> None:
+    """Sizes that make a transformer: counts >= 1, ``mlp_ratio`` > 0, and an attention width (``attn_dim``
+    when given, else ``embed_dim``) that the heads divide. A size left out takes ``rbw_vit``'s default."""
+    given = [k for k in BODY_COUNTS if k in body] + (["attn_dim"] if body.get("attn_dim") is not None else [])
+    for key in given:
+        value = body[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} = {value!r} must be a whole number >= 1")
+    if "mlp_ratio" in body:
+        ratio = body["mlp_ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < math.inf:
+            raise ValueError(f"{where}: mlp_ratio = {ratio!r} must be a number > 0")
+    width_key = "attn_dim" if body.get("attn_dim") is not None else "embed_dim"
+    if width_key in body and "num_heads" in body and body[width_key] % body["num_heads"]:
+        raise ValueError(
+            f"{where}: {width_key} = {body[width_key]} is not divisible by num_heads = {body['num_heads']}"
+        )

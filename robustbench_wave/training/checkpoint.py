@@ -3,14 +3,22 @@
 Layout of one training run: ``<results>/train/<dataset-slug>/<model>/seed-<s>/`` with
 
 * ``model.safetensors`` -- final weights; ``config.json`` -- resolved model spec, data set info, recipe,
-  provenance, final metrics and the weights' sha256;
-* ``metrics.jsonl`` -- one JSON line per completed epoch;
-* ``resume.safetensors`` + ``resume.json`` -- model, optimizer, scheduler and RNG state after the last
-  completed epoch, so a killed run continues where it stopped instead of starting again.
+  provenance, final metrics, the weights' sha256 and the sha256 of the spec and data set info
+  (:func:`spec_sha256`), so that editing ``config.json`` after training is refused as a modified
+  checkpoint would be;
+* ``metrics.jsonl`` -- one JSON line per completed epoch, rewritten whole from the resume state's history
+  (so a kill at any point never records an epoch twice);
+* ``resume.safetensors`` + ``resume.json`` -- model, optimizer, scheduler and RNG state and the per-epoch
+  history after the last completed epoch, so a killed run continues where it stopped instead of starting
+  again;
+* ``.lock`` -- held by the run that writes the folder (:class:`robustbench_wave.runfolder.RunLock`).
+
+These are the only files training writes (:data:`OWNED_FILES`); ``--fresh`` deletes those and nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -22,8 +30,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robustbench_wave.data import DatasetInfo, dataset_info
-from robustbench_wave.io import atomic_write, atomic_write_json, sha256_file
+from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, read_jsonl, sha256_file
 from robustbench_wave.models.vit import build_model
+from robustbench_wave.runfolder import check_safe_name
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +41,19 @@ CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 RESUME_TENSORS = "resume.safetensors"
 RESUME_STATE = "resume.json"
+
+#: Every file a training run writes into its folder (``--fresh`` deletes these and nothing else).
+OWNED_FILES = (WEIGHTS, CONFIG, METRICS, RESUME_TENSORS, RESUME_STATE)
+
+
+def spec_sha256(model_spec: dict[str, Any], dataset_info: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys) of a run's resolved spec and data set info.
+
+    The weights' hash alone does not cover ``config.json``: a changed ``zero_fraction`` keeps every tensor
+    shape, loads silently and changes every result. Recorded next to the weights' hash when training ends.
+    """
+    blob = json.dumps({"model_spec": model_spec, "dataset_info": dataset_info}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def run_dir(results_dir: str | Path, dataset_slug: str, model_name: str, seed: int) -> Path:
@@ -79,9 +101,29 @@ def read_config(directory: Path) -> dict[str, Any]:
             f"no trained model in {directory} (missing {CONFIG}); run python -m robustbench_wave.train"
         )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON ({err}); delete {directory} and re-train") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a JSON object; delete {directory} and re-train")
+    return config
+
+
+def _field(config: dict[str, Any], path: Path, dotted: str, kind: type | tuple[type, ...]) -> Any:
+    """``config[a][b]`` for ``dotted`` = ``"a.b"``; a one-line ValueError naming the file and field else."""
+    value: Any = config
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ValueError(
+                f"{path}: field {dotted!r} is missing; the file was edited or damaged: re-train the model "
+                "(python -m robustbench_wave.train --fresh)"
+            )
+        value = value[part]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(
+            f"{path}: field {dotted!r} has the wrong type ({value!r:.60}); re-train with --fresh"
+        )
+    return value
 
 
 def load_trained(
@@ -89,29 +131,71 @@ def load_trained(
 ) -> tuple[nn.Module, dict[str, Any]]:
     """Rebuild a trained zoo model from its run folder, in eval mode, with its metadata.
 
-    ``dataset`` is the data set spec used for training (e.g. ``fashion-mnist``) or its slug.
+    ``dataset`` is the data set spec used for training (e.g. ``fashion-mnist``) or its slug. The weights
+    must match their recorded sha256 and the spec and data set info theirs (``meta["spec_sha256"]``).
     """
+    check_safe_name(name, "model name")
     directory = run_dir(results_dir, _dataset_slug(dataset), name, seed)
-    config = read_config(directory)
+    config, path = read_config(directory), directory / CONFIG
     if "final" not in config:
         raise ValueError(
             f"training of {name!r} (seed {seed}) in {directory} did not finish; re-run "
             f"python -m robustbench_wave.train --model {name} --dataset {dataset} to resume it"
         )
-    info = DatasetInfo.from_dict(config["dataset_info"])
-    model = build_model(config["model_spec"], info)
-    load_weights(directory / WEIGHTS, model, config["final"]["checkpoint_sha256"])
+    weights_sha = _field(config, path, "final.checkpoint_sha256", str)
+    clean_accuracy = _field(config, path, "final.test_accuracy", (int, float))
+    model_spec = _field(config, path, "model_spec", dict)
+    spec_sha = verify_spec(config, path)
+    info = _dataset_info(config, path)
+    try:
+        model = build_model(model_spec, info)
+    except (KeyError, TypeError) as err:
+        raise ValueError(
+            f"{path}: field 'model_spec' does not describe a model ({err!r}); re-train"
+        ) from None
+    load_weights(directory / WEIGHTS, model, weights_sha)
     model.eval()
     meta = {
         "name": name,
         "seed": seed,
         "run_dir": str(directory),
-        "checkpoint_sha256": config["final"]["checkpoint_sha256"],
-        "clean_accuracy": config["final"]["test_accuracy"],
+        "checkpoint_sha256": weights_sha,
+        "spec_sha256": spec_sha,
+        "model_spec": model_spec,
+        "clean_accuracy": clean_accuracy,
         "config": config,
         "dataset_info": info,
     }
     return model, meta
+
+
+def verify_spec(config: dict[str, Any], path: Path) -> str:
+    """The sha256 of ``config``'s spec and data set info, refused when it differs from the one recorded at
+    training (the file was edited); a run trained before specs were hashed is accepted with a warning."""
+    actual = spec_sha256(_field(config, path, "model_spec", dict), _field(config, path, "dataset_info", dict))
+    recorded = _field(config, path, "final", dict).get("spec_sha256")
+    if recorded is None:
+        log.warning(
+            "%s records no spec_sha256 (trained before specs were hashed): its model_spec and dataset_info "
+            "cannot be verified; re-train with --fresh to record it",
+            path,
+        )
+    elif recorded != actual:
+        raise ValueError(
+            f"{path}: model_spec/dataset_info do not match final.spec_sha256 recorded at training (the file "
+            "was edited after training); restore it or re-train the model with --fresh"
+        )
+    return actual
+
+
+def _dataset_info(config: dict[str, Any], path: Path) -> DatasetInfo:
+    fields = _field(config, path, "dataset_info", dict)
+    try:
+        return DatasetInfo.from_dict(fields)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{path}: field 'dataset_info' is incomplete ({err!r}); re-train with --fresh"
+        ) from None
 
 
 def _dataset_slug(dataset: str) -> str:
@@ -130,8 +214,10 @@ def save_resume_state(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     epoch: int,
     fingerprint: str,
+    history: list[dict[str, Any]],
 ) -> None:
-    """Everything needed to continue after ``epoch``: tensors in safetensors, the rest in JSON."""
+    """Everything needed to continue after ``epoch``: tensors in safetensors, the rest (with the metrics
+    ``history`` of epochs 1..epoch, from which ``metrics.jsonl`` is written) in JSON."""
     tensors: dict[str, torch.Tensor] = {
         f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()
     }
@@ -154,6 +240,7 @@ def save_resume_state(
             "optim_scalars": scalars,
             "scheduler": scheduler.state_dict(),
             "tensors_sha256": sha256_file(directory / RESUME_TENSORS),
+            "history": history,
         },
     )
 
@@ -164,16 +251,17 @@ def load_resume_state(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     fingerprint: str,
-) -> int:
-    """Restore the state saved by :func:`save_resume_state`; returns the number of completed epochs (0 if none)."""
+) -> tuple[int, list[dict[str, Any]]]:
+    """Restore the state saved by :func:`save_resume_state`; returns the number of completed epochs (0 if
+    none) and their metrics history."""
     state_path = directory / RESUME_STATE
     if not state_path.exists() or not (directory / RESUME_TENSORS).exists():
-        return 0
+        return 0, []
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         log.warning("ignoring unreadable %s; starting %s from scratch", state_path, directory)
-        return 0
+        return 0, []
     if state.get("fingerprint") != fingerprint:
         raise ValueError(
             f"{directory} holds a run with a different configuration; use another --out folder or pass --fresh "
@@ -181,7 +269,7 @@ def load_resume_state(
         )
     if sha256_file(directory / RESUME_TENSORS) != state.get("tensors_sha256"):
         log.warning("resume tensors in %s are corrupt; starting from scratch", directory)
-        return 0
+        return 0, []
     tensors = load_file(str(directory / RESUME_TENSORS))
     model.load_state_dict({k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")})
     opt_state: dict[str, Any] = {"state": {}, "param_groups": state["param_groups"]}
@@ -195,7 +283,25 @@ def load_resume_state(
     optimizer.load_state_dict(opt_state)
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(tensors["rng.torch"])
-    return int(state["epoch"])
+    epoch = int(state["epoch"])
+    return epoch, _resumed_history(directory, state, epoch)
+
+
+def _resumed_history(directory: Path, state: dict[str, Any], epoch: int) -> list[dict[str, Any]]:
+    """The history saved with the state; a state saved before histories were kept falls back on the first
+    ``epoch`` lines of ``metrics.jsonl`` (what this code did then)."""
+    if "history" in state:
+        return list(state["history"])
+    return read_jsonl(directory / METRICS)[:epoch]
+
+
+def write_metrics(directory: Path, history: list[dict[str, Any]]) -> None:
+    """``metrics.jsonl`` as exactly ``history`` (one line per epoch), replaced whole and atomically; no
+    file while there is no epoch."""
+    if not history:
+        (directory / METRICS).unlink(missing_ok=True)
+        return
+    atomic_write_text(directory / METRICS, "".join(json.dumps(row, sort_keys=True) + "\n" for row in history))
 
 
 def clear_resume_state(directory: Path) -> None:

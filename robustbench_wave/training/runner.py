@@ -5,7 +5,9 @@ with explicit parameters: :func:`load_training_data` draws the seeded subset and
 :func:`train_model` trains, resumes a killed run from its last completed epoch (bit-identically: the
 per-epoch generator and the saved optimizer, scheduler and RNG state make the draws the same), or reuses a
 finished run with the same configuration -- in one process or, under torchrun, as one DDP run over all
-ranks (:mod:`robustbench_wave.training.parallel`). The loop itself lives in
+ranks (:mod:`robustbench_wave.training.parallel`). Everything is checked before the run folder is touched
+(counts, splits, the folder inside ``out``); the folder is then locked while the run writes it, so a second
+training into it stops with a clear message instead of interleaving its epochs. The loop itself lives in
 :mod:`robustbench_wave.training.engine`, the checkpoint files in :mod:`robustbench_wave.training.checkpoint`.
 """
 
@@ -14,7 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +29,11 @@ from torch import nn
 
 from robustbench_wave.data import DatasetInfo, load_split, train_val_split
 from robustbench_wave.distributed import DistContext, barrier, broadcast_object
-from robustbench_wave.io import append_jsonl, atomic_write_json, provenance, read_jsonl
+from robustbench_wave.io import atomic_write_json, provenance
 from robustbench_wave.models.flops import flops_summary, vit_flops
 from robustbench_wave.models.vit import build_model, describe
 from robustbench_wave.models.zoo import load_spec
+from robustbench_wave.runfolder import FolderBusyError, RunLock, check_inside, remove_owned
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training.engine import (
     Recipe,
@@ -58,7 +64,8 @@ class TrainConfig:
     fingerprint, as is ``bf16`` (autocast on CUDA) when on; ``fresh`` discards an existing run;
     ``progress`` only shows bars. Where the run executes (device, number of ranks) is provenance, not
     configuration: results of several ranks differ from one only by floating-point reduction order, so a
-    run resumes and is reused across device counts.
+    run resumes and is reused across device counts. Counts are checked here (ValueError), so a library
+    caller gets the command line's rules: a subset is None (the whole split) or >= 1, never 0.
     """
 
     out: Path = Path("results")
@@ -71,6 +78,12 @@ class TrainConfig:
     progress: bool = True
     bf16: bool = False
 
+    def __post_init__(self) -> None:
+        for what, value in self.subsets.items():
+            if value is not None:
+                check_count(value, f"TrainConfig.{what}", "or None for the whole split")
+        check_recipe(self.recipe)
+
     @property
     def subsets(self) -> dict[str, int | None]:
         return {"train_subset": self.train_subset, "test_subset": self.test_subset}
@@ -80,6 +93,28 @@ class TrainConfig:
         """What besides model, recipe, data and seed identifies the run (float32 adds nothing, so runs
         trained before bf16 existed keep their fingerprint)."""
         return {**self.subsets, **({"precision": "bf16"} if self.bf16 else {})}
+
+
+def check_count(value: object, what: str, hint: str = "") -> int:
+    """``value`` when it is a whole number >= 1 (a bool is not); else ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} = {value!r} must be a whole number >= 1{' ' + hint if hint else ''}")
+    return value
+
+
+def check_recipe(recipe: Recipe) -> None:
+    """Numbers of the recipe that would train nonsense (ValueError naming the field)."""
+    check_count(recipe.epochs, "Recipe.epochs")
+    check_count(recipe.batch_size, "Recipe.batch_size")
+    if not (isinstance(recipe.lr, int | float) and 0 < recipe.lr < math.inf):
+        raise ValueError(f"Recipe.lr = {recipe.lr!r} must be a finite number > 0")
+    if not (isinstance(recipe.weight_decay, int | float) and 0 <= recipe.weight_decay < math.inf):
+        raise ValueError(f"Recipe.weight_decay = {recipe.weight_decay!r} must be a finite number >= 0")
+    if not (isinstance(recipe.val_fraction, int | float) and 0 < recipe.val_fraction < 1):
+        raise ValueError(
+            f"Recipe.val_fraction = {recipe.val_fraction!r} must lie strictly between 0 and 1 (a run "
+            "without validation images would record a validation accuracy of 0)"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,13 +156,20 @@ def load_training_data(
     data_dir: str | None = None,
 ) -> TrainingData:
     """The splits of one seed: a seeded random training subset, a seeded validation split, the first
-    test images."""
+    test images. A subset of None is the whole split; 0 or a negative count is refused, never "all"."""
+    for what, value in (("train_subset", train_subset), ("test_subset", test_subset)):
+        if value is not None:
+            check_count(value, what, "or None for the whole split")
     images, labels, info = load_split(dataset, "train", root=data_dir)
     test_images, test_labels, _ = load_split(dataset, "test", root=data_dir)
-    if train_subset:
+    if train_subset is not None:
+        if train_subset > len(labels):
+            log.warning("the training split has only %d images; training on all of them", len(labels))
         keep = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))[:train_subset]
         images, labels = images[keep.sort().values], labels[keep.sort().values]
-    if test_subset:
+    if test_subset is not None:
+        if test_subset > len(test_labels):
+            log.warning("the test split has only %d images; testing on all of them", len(test_labels))
         test_images, test_labels = test_images[:test_subset], test_labels[:test_subset]
     train_idx, val_idx = train_val_split(len(labels), val_fraction, seed)
     return TrainingData(
@@ -146,47 +188,88 @@ def run_fingerprint(spec: dict, recipe: Recipe, info: DatasetInfo, seed: int, fi
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def check_splits(data: TrainingData, recipe: Recipe) -> None:
+    """Splits that can train and validate: at least one global batch and one validation image. Checked
+    before the run folder is touched, so a refused run leaves nothing behind."""
+    if len(data.train_labels) < recipe.batch_size:
+        raise ValueError(
+            f"the training split has fewer images ({len(data.train_labels)}) than one batch "
+            f"({recipe.batch_size}); lower --batch-size or raise --train-subset"
+        )
+    if len(data.val_labels) < 1:
+        raise ValueError(
+            f"the validation split is empty ({len(data.train_labels)} training images, val_fraction "
+            f"{recipe.val_fraction}); raise --val-fraction or --train-subset"
+        )
+
+
 def train_model(
     name: str, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext = SINGLE
 ) -> dict[str, Any]:
     """Train (or resume, or reuse) one model for one seed on ``ctx``'s device; returns its summary row.
 
     With several ranks (``ctx`` from :func:`robustbench_wave.distributed.init_distributed` under torchrun)
-    every rank calls this with the same arguments: they train one DDP model, rank 0 writes the files,
-    and every rank returns the same row. ``config.out`` must be a folder every rank can read.
+    every rank calls this with the same arguments: they train one DDP model, rank 0 locks the run folder
+    and writes the files, and every rank returns the same row. ``config.out`` must be a folder every rank
+    can read. A folder locked by another run ends this one with :class:`~robustbench_wave.runfolder.
+    FolderBusyError` (a ValueError) on every rank.
     """
-    info, recipe = data.info, config.recipe
-    check_global_batch(recipe.batch_size, ctx)
+    check_global_batch(config.recipe.batch_size, ctx)
     check_bf16(ctx.device, config.bf16)
+    check_splits(data, config.recipe)
     spec = load_spec(name)
-    name = spec["name"]
-    directory = ckpt.run_dir(config.out, info.slug, name, seed)
-    fingerprint = run_fingerprint(spec, recipe, info, seed, config.fingerprint_fields)
-    if config.fresh and directory.exists() and ctx.is_main:
-        for child in directory.iterdir():
-            child.unlink()
+    directory = check_inside(config.out, ckpt.run_dir(config.out, data.info.slug, spec["name"], seed))
+    fingerprint = run_fingerprint(spec, config.recipe, data.info, seed, config.fingerprint_fields)
+    with _locked(directory, ctx):
+        return _train_locked(spec, data, config, seed, ctx, directory, fingerprint)
+
+
+@contextmanager
+def _locked(directory: Path, ctx: DistContext) -> Iterator[None]:
+    """Rank 0 holds the run folder's lock; a refusal reaches every rank (so none waits for the others)."""
+    lock = RunLock(directory, hint="wait for it to finish or train into another --out folder")
+    refusal: tuple[bool, str] | None = None
+    if ctx.is_main:
+        try:
+            lock.acquire()
+        except FolderBusyError as err:
+            refusal = (True, str(err))
+        except OSError as err:
+            refusal = (False, f"cannot create or lock the run folder {directory}: {err.strerror or err}")
+    refusal = broadcast_object(ctx, refusal)
+    if refusal is not None:
+        busy, message = refusal
+        raise FolderBusyError(message) if busy else ValueError(message)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _train_locked(
+    spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext, directory: Path,
+    fingerprint: str,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`train_model` once the run folder is locked: discard (--fresh), reuse, or train and resume."""
+    name, recipe = spec["name"], config.recipe
+    if config.fresh and ctx.is_main:
+        remove_owned(directory, ckpt.OWNED_FILES)
     barrier(ctx)  # every rank sees the folder after --fresh
     existing = _finished_run(directory, fingerprint)
     if existing is not None:
         log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
         return existing
-    run, done = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint)
-    history = read_jsonl(directory / ckpt.METRICS)[:done]
+    run, done, history = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint)
     if done:
         log.info("%s seed %d: resuming after epoch %d/%d", name, seed, done, recipe.epochs)
-    run_config = {
-        "model": name, "model_spec": spec, "dataset": info.name, "dataset_info": info.to_dict(),
-        "recipe": recipe.to_dict(), "seed": seed, "fingerprint": fingerprint, **config.subsets,
-        "precision": "bf16" if config.bf16 else "float32", "description": describe(run.model),
-        "provenance": {**provenance(), **ctx.provenance()},
-    }  # fmt: skip
+    run_config = _run_config(run, spec, data.info, config)
     if ctx.is_main:
         atomic_write_json(directory / ckpt.CONFIG, run_config)
-        if not done:
-            (directory / ckpt.METRICS).unlink(missing_ok=True)
+        ckpt.write_metrics(directory, history)  # the resume state's epochs, each once
     for epoch in range(done, recipe.epochs):
         history.append(_train_epoch(run, data, recipe, epoch, config.progress))
-    final = _finish(run, data, history)
+        _save_epoch(run, epoch + 1, history)
+    final = {**_finish(run, data, history), "spec_sha256": ckpt.spec_sha256(spec, data.info.to_dict())}
     if ctx.is_main:
         run_config["final"] = final
         atomic_write_json(directory / ckpt.CONFIG, run_config)
@@ -195,27 +278,39 @@ def train_model(
     return summary_row(name, seed, recipe.epochs, final)
 
 
+def _run_config(run: _Run, spec: dict, info: DatasetInfo, config: TrainConfig) -> dict[str, Any]:
+    """What ``config.json`` records before the run's ``final`` numbers are known."""
+    return {
+        "model": run.name, "model_spec": spec, "dataset": info.name, "dataset_info": info.to_dict(),
+        "recipe": config.recipe.to_dict(), "seed": run.seed, "fingerprint": run.fingerprint, **config.subsets,
+        "precision": "bf16" if config.bf16 else "float32", "description": describe(run.model),
+        "provenance": {**provenance(), **run.ctx.provenance()},
+    }  # fmt: skip
+
+
 def _start_run(
     name: str, spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext,
     directory: Path, fingerprint: str,
-) -> tuple[_Run, int]:  # fmt: skip
+) -> tuple[_Run, int, list[dict[str, Any]]]:  # fmt: skip
     """The seeded model, optimizer and schedule, restored from the resume state on every rank (the
-    number of completed epochs is returned); DDP wraps the model only after that, so all ranks agree."""
+    number of completed epochs and their metrics are returned); DDP wraps the model only after that, so all
+    ranks agree."""
     torch.manual_seed(seed)
     model = build_model(spec, data.info).to(ctx.device)
     optimizer = build_optimizer(model, config.recipe)
     scheduler = build_scheduler(optimizer, config.recipe, len(data.train_labels) // config.recipe.batch_size)
-    directory.mkdir(parents=True, exist_ok=True)
-    done = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
+    done, history = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
     barrier(ctx)  # every rank has read the resume state before rank 0 may overwrite it
     module = wrap_model(model, ctx)
-    return _Run(
-        name, seed, directory, fingerprint, model, module, optimizer, scheduler, ctx, config.bf16
-    ), done
+    return (
+        _Run(name, seed, directory, fingerprint, model, module, optimizer, scheduler, ctx, config.bf16),
+        done,
+        history,
+    )
 
 
 def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, progress: bool) -> dict[str, Any]:
-    """One epoch, its validation, its metrics line and the resume state saved after it (rank 0 writes)."""
+    """One epoch and its validation; returns its metrics row."""
     generator = torch.Generator().manual_seed(run.seed * EPOCH_SEED_STRIDE + epoch)  # order/augmentation
     start = time.perf_counter()
     stats = train_one_epoch(
@@ -232,17 +327,22 @@ def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, prog
         "lr": run.scheduler.get_last_lr()[0],
         "epoch_seconds": time.perf_counter() - start,
     }
-    if run.ctx.is_main:
-        append_jsonl(run.directory / ckpt.METRICS, [row])
-        ckpt.save_resume_state(
-            run.directory, run.model, run.optimizer, run.scheduler, epoch + 1, run.fingerprint
-        )
     log.info(
         "%s seed %d epoch %d: loss %.3f train acc %.3f val acc %.3f (%.0f img/s)",
         run.name, run.seed, epoch + 1, stats["train_loss"], stats["train_accuracy"], val["accuracy"],
         stats["train_images_per_s"],
     )  # fmt: skip
     return row
+
+
+def _save_epoch(run: _Run, epochs_done: int, history: list[dict[str, Any]]) -> None:
+    """Rank 0 saves the resume state after ``epochs_done`` epochs (with ``history``) first, then rewrites ``metrics.jsonl`` from it: a
+    kill between the two loses nothing and duplicates nothing, since a resumed run rewrites the file."""
+    if run.ctx.is_main:
+        ckpt.save_resume_state(
+            run.directory, run.model, run.optimizer, run.scheduler, epochs_done, run.fingerprint, history
+        )
+        ckpt.write_metrics(run.directory, history)
 
 
 def _finish(run: _Run, data: TrainingData, history: list[dict[str, Any]]) -> dict[str, Any]:

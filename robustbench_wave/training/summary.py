@@ -6,6 +6,7 @@ the rows come from :func:`robustbench_wave.training.runner.train_model`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from robustbench_wave.training.runner import SUMMARY_COLUMNS
 
 SUMMARY_CSV = "summary.csv"
 
+log = logging.getLogger(__name__)
+
 
 def write_summary(
     out: str | Path, info: DatasetInfo, rows: list[dict[str, Any]]
@@ -24,12 +27,28 @@ def write_summary(
     """Merge rows into ``<out>/train/<dataset>/summary.csv`` (a re-trained (model, seed) replaces its row)."""
     path = Path(out) / "train" / info.slug / SUMMARY_CSV
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    if path.exists():
-        old = pd.read_csv(path)
+    old = _read_old(path)
+    if old is not None:
         table = pd.concat([old, table]).drop_duplicates(["model", "seed"], keep="last")
     table = table.sort_values(["model", "seed"]).reset_index(drop=True)
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False, float_format="%.6g"))
     return path, table
+
+
+def _read_old(path: Path) -> pd.DataFrame | None:
+    """The rows of an earlier summary; an unreadable one is replaced (with a warning) rather than failing
+    at the end of a long training: each run's own ``config.json`` still holds its numbers."""
+    if not path.exists():
+        return None
+    try:
+        old = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError) as err:  # pandas' parser errors are ValueErrors
+        log.warning("replacing unreadable %s (%s); it will list only the runs of this command", path, err)
+        return None
+    if not {"model", "seed"} <= set(old.columns):
+        log.warning("replacing %s: it has no model/seed columns; it will list only this command's runs", path)
+        return None
+    return old
 
 
 def format_summary(table: pd.DataFrame) -> str:
