@@ -210,6 +210,8 @@ def test_meta_records_provenance_hyperparameters_and_timing(cnn_runs: dict[str, 
         "rel_step_size": 0.4,
         "restarts": 2,
         "random_start": True,
+        "loss": "ce",  # the defaults of the options added later are recorded too
+        "eot_iter": 1,
     }
     assert meta["attacks"]["pgd_linf"]["backend"] == "builtin"
     assert meta["dataset"]["eps_key"] == "default" and meta["dataset"]["eps"]["Linf"] == EPS["Linf"]

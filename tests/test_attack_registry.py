@@ -30,7 +30,8 @@ from robustbench_wave.evaluation import records as rec
 from tests.support.attack_models import labelled, patch_model, teacher, toy_data
 
 BUDGETS = {"Linf": [0.03, 0.3], "L2": [0.5, 2.0], "L0": [0.02, 0.25]}
-SHORT = {"steps": 2, "n_queries": 10}  # keep iterative attacks cheap; everything else keeps its default
+# keep iterative attacks cheap (and targeted ones to two targets); everything else keeps its default
+SHORT = {"steps": 2, "n_queries": 10, "n_target_classes": 2}
 CASES = [
     (family, backend, threat) for family, backend in list_attacks() for threat in family_spec(family).threats
 ]
@@ -59,6 +60,14 @@ def test_every_family_has_an_implementation_and_its_default_backend() -> None:
         spec = family_spec(family)
         assert get_runner(family, backend).backend == backend and backend in spec.backends
         assert (family, spec.default_backend) in list_attacks()
+
+
+@pytest.mark.parametrize(("family", "backend", "threat"), CASES)
+def test_every_implementation_honours_its_familys_defaults(family: str, backend: str, threat: str) -> None:
+    """A back-end may refuse settings its library lacks (``rejects``), never the family's defaults: those
+    are what a suite entry without the option runs, and what ``--backend`` / ``--cross-check`` ask of it."""
+    entry = _suite(family, backend, threat).attacks[1]
+    assert get_runner(family, backend).rejection(threat, entry.params) is None
 
 
 @pytest.mark.parametrize(("family", "backend", "threat"), CASES)

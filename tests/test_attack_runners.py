@@ -25,7 +25,15 @@ from robustbench_wave.attacks import (
     seeded,
 )
 from robustbench_wave.models.frontend import grad_mode
-from tests.support.attack_models import frontend_model, labelled, linear_model, small_cnn, teacher, toy_data
+from tests.support.attack_models import (
+    frontend_model,
+    labelled,
+    linear_model,
+    optimal_linf_margin,
+    small_cnn,
+    teacher,
+    toy_data,
+)
 
 TOL = 1e-5
 
@@ -41,23 +49,6 @@ def _entry(family: str, threat: str, **params: object):
     return suite.attacks[1]
 
 
-def _optimal_linf_margin(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor, eps: float):
-    """Closed-form worst case of a linear model in the L∞ ball ∩ [0,1]: per class pair, push every pixel
-    against the sign of the weight difference as far as the box allows. Returns (min margin, worst point)."""
-    xf = x.flatten(1)
-    margins, points = [], []
-    for o in range(w.shape[0]):
-        d = w[y] - w[o]  # (B, D)
-        x_opt = torch.where(d > 0, (xf - eps).clamp(min=0), (xf + eps).clamp(max=1))
-        m = (d * x_opt).sum(1) + b[y] - b[o]
-        m[y == o] = float("inf")
-        margins.append(m)
-        points.append(x_opt)
-    margins_t = torch.stack(margins, 1)
-    worst = margins_t.argmin(1)
-    return margins_t.min(1).values, torch.stack(points, 1)[torch.arange(len(x)), worst].view_as(x)
-
-
 def test_builtin_pgd_finds_the_optimal_linf_attack_on_a_binary_linear_model() -> None:
     g = torch.Generator().manual_seed(3)
     # moderate logit scale: at margins of ~100 float32 cross-entropy saturates and its gradient vanishes
@@ -67,7 +58,7 @@ def test_builtin_pgd_finds_the_optimal_linf_attack_on_a_binary_linear_model() ->
     x = toy_data(64, seed=4)
     y = labelled(model, x)
     for eps in (0.03, 0.08, 0.12):
-        min_margin, x_opt = _optimal_linf_margin(w, b, x, y, eps)
+        min_margin, x_opt = optimal_linf_margin(w, b, x, y, eps)
         with attack_mode(model):
             x_adv, _, _ = PGD(
                 eps=eps, norm="Linf", steps=12, step_size=eps / 4, restarts=1, random_start=True
@@ -86,7 +77,7 @@ def test_builtin_pgd_matches_the_exact_robust_accuracy_of_a_multiclass_linear_mo
     x = toy_data(64, seed=8)
     y = labelled(model, x)
     eps = 0.05
-    min_margin, _ = _optimal_linf_margin(w, b, x, y, eps)
+    min_margin, _ = optimal_linf_margin(w, b, x, y, eps)
     with attack_mode(model):
         x_adv, _, _ = PGD(eps=eps, norm="Linf", steps=20, step_size=eps / 8, restarts=2).run(
             GradSafe(model), x, y, torch.arange(64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from robustbench_wave.attacks import list_families, load_suite, parse_eps, parse_suite
+from robustbench_wave.evaluation.plan import check_budgets
 
 
 def _minimal(**attack: object) -> dict:
@@ -136,3 +137,25 @@ def test_backend_resolution_and_defaults() -> None:
     assert pinned.resolve_backend("builtin") == "torchattacks"
     # the suite round-trips through its dict form (what meta.json records)
     assert parse_suite(s.to_dict()).to_dict() == s.to_dict()
+
+
+def test_a_missing_threat_is_named_as_a_missing_field() -> None:
+    suite = _minimal(name="x", family="pgd")
+    with pytest.raises(ValueError) as err:
+        parse_suite(suite, source="suite.toml")
+    assert str(err.value).startswith("attack entry 'x' (suite.toml [[attack]] #2) lacks the field 'threat'")
+    assert "None" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "", "my suite", "a..b"])
+def test_suite_names_must_be_safe_folder_names(name: str) -> None:
+    """The suite's name becomes part of the attack run's folder name."""
+    with pytest.raises(ValueError, match="suite name"):
+        parse_suite({**_minimal(name="f", family="fgsm", threat="Linf"), "name": name})
+
+
+def test_l2_budgets_are_checked_against_the_image_diameter() -> None:
+    suite = parse_suite(_minimal(name="p", family="pgd", threat="L2", eps=[0.5, 40.0]))
+    assert check_budgets(suite, None, (3, 32, 32))["L2"] == [0.5, 40.0]  # sqrt(3072) = 55.4
+    with pytest.raises(ValueError, match=r"attack entry 'p' .*eps = 40 exceeds sqrt\(C\*H\*W\) = 32"):
+        check_budgets(suite, None, (1, 32, 32))

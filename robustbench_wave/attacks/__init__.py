@@ -37,12 +37,13 @@ from robustbench_wave.attacks.model_state import (
     model_device,
     modes_for,
 )
-from robustbench_wave.attacks.pgd import PGD, PGDResult, pgd_with_history
+from robustbench_wave.attacks.pgd import LOSSES, PGD, PGDResult, dlr_loss, pgd_with_history
 from robustbench_wave.attacks.registry import (
     BACKENDS,
     AttackFamily,
     AttackKind,
     Param,
+    Rejects,
     RunContext,
     RunnerSpec,
     RunOutput,
@@ -67,6 +68,7 @@ from robustbench_wave.attacks.suite import (
 
 __all__ = [
     "BACKENDS",
+    "LOSSES",
     "LOWFREQ_FAMILY",
     "PGD",
     "THREATS",
@@ -78,6 +80,7 @@ __all__ = [
     "LowFreqPGD",
     "PGDResult",
     "Param",
+    "Rejects",
     "RunContext",
     "RunOutput",
     "RunnerSpec",
@@ -89,6 +92,7 @@ __all__ = [
     "block_mean_project",
     "budget_tolerance",
     "derive_seed",
+    "dlr_loss",
     "example_generators",
     "family_spec",
     "find_wavelet_front_end",

@@ -1,7 +1,12 @@
 """Our own attacks, registered under the ``builtin`` backend: clean, noise, FGSM, PGD, transfer, low-frequency PGD.
 
 Every builtin attack draws its randomness per example (:mod:`robustbench_wave.attacks.seeding`), so its
-results depend only on each example, never on the batch. PGD, transfer (PGD on a surrogate model, Papernot et
+results depend only on each example, never on the batch (a randomised *model* draws its own noise from the
+global RNG: its records depend on the batch as its outputs do). FGSM, PGD and the low-frequency PGD take
+``eot_iter`` (Expectation over Transformation, Athalye et al. 2018: the step follows the mean input gradient of
+``eot_iter`` passes, for randomised models; 1 = the plain gradient, the original code path); PGD and the
+low-frequency PGD also take ``loss = "dlr"`` (Croce & Hein 2020), the second implementation that
+torchattacks' APGD-CE / APGD-T are cross-checked against. PGD, transfer (PGD on a surrogate model, Papernot et
 al. 2017) and the low-frequency PGD all run the one PGD engine (:mod:`robustbench_wave.attacks.pgd`). The noise
 baselines corrupt at the attacks' own budgets: a model robust to attacks but not to noise of the same size is
 masking gradients. Nothing here judges success: the evaluation audits every returned point and classifies it.
@@ -24,7 +29,7 @@ from robustbench_wave.attacks.lowfreq import (
     model_wavelet,
     resolve_level,
 )
-from robustbench_wave.attacks.pgd import PGD, BestIterate, loss_and_wrong, step_size
+from robustbench_wave.attacks.pgd import LOSSES, PGD, BestIterate, loss_and_wrong, step_size
 from robustbench_wave.attacks.registry import (
     CLEAN,
     NO_THREAT,
@@ -46,6 +51,10 @@ PGD_PARAMS = {
     "random_start": Param(bool, True),
 }
 PGD_THREATS = (Threat.LINF, Threat.L2)
+EOT_PARAM = Param(
+    int, 1, minimum=1
+)  # forward/backward passes averaged per gradient (EOT); 1 = plain gradient
+LOSS_PARAM = Param(str, "ce", choices=LOSSES)  # the ascended loss: cross-entropy or DLR
 
 register_family(CLEAN, kind=AttackKind.CLEAN, threats=(NO_THREAT,), grad_dependent=False)
 register_family(
@@ -63,6 +72,7 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=(Threat.LINF,),
     grad_dependent=True,
+    params={"eot_iter": EOT_PARAM},
     default_backend="torchattacks",
 )
 register_family(
@@ -71,7 +81,7 @@ register_family(
     threats=PGD_THREATS,
     grad_dependent=True,
     iterative=True,
-    params=PGD_PARAMS,
+    params={**PGD_PARAMS, "loss": LOSS_PARAM, "eot_iter": EOT_PARAM},
 )
 register_family(
     "transfer", kind=AttackKind.TRANSFER, threats=PGD_THREATS, grad_dependent=False, params=PGD_PARAMS
@@ -84,6 +94,8 @@ register_family(
     iterative=True,
     params={
         **PGD_PARAMS,
+        "loss": LOSS_PARAM,
+        "eot_iter": EOT_PARAM,
         "rel_step_size": Param(float, 0.125, minimum=0.0),
         "level": Param(int, AUTO_LEVEL, minimum=0, keywords=(AUTO_LEVEL,)),
         "basis": Param(str, Basis.HAAR.value, choices=tuple(b.value for b in Basis)),
@@ -92,9 +104,14 @@ register_family(
 
 
 def _pgd_settings(entry: AttackEntry, eps: float, ctx: RunContext) -> dict[str, Any]:
-    """The engine's settings from a PGD-family suite entry; the entry's name seeds its random starts."""
+    """The engine's settings from a PGD-family suite entry; the entry's name seeds its random starts.
+
+    (``transfer`` has neither ``loss`` nor ``eot_iter``: it runs the engine's defaults.)
+    """
     p = entry.params
     return {
+        "loss": p.get("loss", "ce"),
+        "eot_iter": p.get("eot_iter", 1),
         "eps": eps,
         "norm": entry.threat,
         "steps": p["steps"],
@@ -170,10 +187,18 @@ def builtin_fgsm(
     ctx: RunContext,
 ) -> RunOutput:
     xr = x.detach().clone().requires_grad_(True)
+    grad = _ce_grad(model, xr, y)
+    for _ in range(entry.params.get("eot_iter", 1) - 1):  # EOT: the sign of the summed (= mean) gradient
+        grad = grad + _ce_grad(model, xr, y)
+    return RunOutput((x + eps * grad.sign()).clamp(0.0, 1.0).detach())
+
+
+def _ce_grad(model: nn.Module, xr: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Input gradient of the summed cross-entropy at ``xr`` (which requires grad): one forward/backward."""
     with torch.enable_grad():
         loss = F.cross_entropy(model(xr), y, reduction="sum")
         (grad,) = torch.autograd.grad(loss, xr)
-    return RunOutput((x + eps * grad.sign()).clamp(0.0, 1.0).detach())
+    return grad
 
 
 def _salt_pepper(x: torch.Tensor, eps: float, gens: list[torch.Generator]) -> torch.Tensor:

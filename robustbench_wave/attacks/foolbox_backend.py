@@ -3,6 +3,10 @@
 The model is wrapped as ``foolbox.PyTorchModel(model, bounds=(0, 1))`` (needs eagerpy) and we keep foolbox's
 *clipped* points. Its PGD draws from torch's global RNG, so it runs on fixed id blocks like torchattacks'
 (``per_example_rng=False``); it has no restarts: :func:`keep_first_success` adds them.
+
+``loss = "dlr"`` swaps foolbox's loss hook (``get_loss_fn``) for :func:`robustbench_wave.attacks.pgd.dlr_loss`.
+``eot_iter > 1`` wraps the model in foolbox's ``ExpectationOverTransformationWrapper``, which averages the
+*logits* of ``eot_iter`` passes before the loss (the builtin engine averages gradients; both are EOT).
 """
 
 from __future__ import annotations
@@ -12,17 +16,36 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustbench_wave.attacks.pgd import keep_first_success, step_size
+from robustbench_wave.attacks.pgd import dlr_loss, keep_first_success, step_size
 from robustbench_wave.attacks.registry import RunContext, RunOutput, Threat, register_attack
 from robustbench_wave.attacks.suite import AttackEntry
 
 
-def _run(model: nn.Module, attack: Any, x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
+def _run(
+    model: nn.Module, attack: Any, x: torch.Tensor, y: torch.Tensor, eps: float, eot_iter: int = 1
+) -> torch.Tensor:
     import foolbox
 
     fmodel = foolbox.PyTorchModel(model, bounds=(0.0, 1.0), device=x.device)
+    if eot_iter > 1:
+        fmodel = foolbox.models.ExpectationOverTransformationWrapper(fmodel, n_steps=eot_iter)
     _, clipped, _ = attack(fmodel, x, y, epsilons=eps)
     return clipped.detach()
+
+
+def _with_dlr_loss(cls: type) -> type:
+    """A foolbox gradient attack that ascends the DLR loss instead of cross-entropy (its ``get_loss_fn`` hook)."""
+    import eagerpy as ep
+
+    class DLR(cls):  # type: ignore[misc, valid-type]
+        def get_loss_fn(self, model: Any, labels: Any) -> Any:
+            def loss_fn(inputs: Any) -> Any:
+                return ep.astensor(dlr_loss(model(inputs).raw, labels.raw).sum())
+
+            return loss_fn
+
+    DLR.__name__ = f"{cls.__name__}DLR"
+    return DLR
 
 
 @register_attack("fgsm", backend="foolbox", per_example_rng=True)
@@ -37,7 +60,7 @@ def foolbox_fgsm(
 ) -> RunOutput:
     import foolbox
 
-    return RunOutput(_run(model, foolbox.attacks.FGSM(), x, y, eps))
+    return RunOutput(_run(model, foolbox.attacks.FGSM(), x, y, eps, entry.params.get("eot_iter", 1)))
 
 
 @register_attack("pgd", backend="foolbox", per_example_rng=False)
@@ -54,5 +77,10 @@ def foolbox_pgd(
 
     p = entry.params
     cls = foolbox.attacks.LinfPGD if entry.threat == Threat.LINF.value else foolbox.attacks.L2PGD
+    if p.get("loss", "ce") == "dlr":
+        cls = _with_dlr_loss(cls)
     atk = cls(abs_stepsize=step_size(p, eps), steps=p["steps"], random_start=p["random_start"])
-    return RunOutput(keep_first_success(model, x, y, p["restarts"], lambda a, b: _run(model, atk, a, b, eps)))
+    eot = p.get("eot_iter", 1)
+    return RunOutput(
+        keep_first_success(model, x, y, p["restarts"], lambda a, b: _run(model, atk, a, b, eps, eot))
+    )

@@ -9,6 +9,13 @@ maps the gradient before the step and :meth:`PGD.project` maps an iterate back i
 low-frequency attack of :mod:`robustbench_wave.attacks.lowfreq` overrides all three). The suite's builtin PGD
 and transfer attacks, the low-frequency attack, the diagnostics' steps/restarts sweeps
 (:func:`pgd_with_history`) and the energy measurement all run this loop.
+
+Two options serve the AutoAttack cross-check and randomised models; their defaults run the original loop
+operation for operation. ``loss = "dlr"`` ascends the Difference of Logits Ratio of Croce & Hein 2020
+(:func:`dlr_loss`, the loss of APGD-DLR / APGD-T) instead of cross-entropy, so torchattacks' APGD has a second,
+independent implementation to be checked against. ``eot_iter = n > 1`` (Expectation over Transformation,
+Athalye et al. 2018) steps along the mean input gradient of n forward/backward passes: for a randomised
+model a single pass's gradient is one noisy sample of the direction that matters.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from robustbench_wave.attacks.model_state import GradSafe, attack_mode
 from robustbench_wave.attacks.seeding import example_generators, random_delta
 
 NORMS = ("Linf", "L2")
+LOSSES = ("ce", "dlr")
 
 
 class BestIterate:
@@ -51,6 +59,25 @@ def loss_and_wrong(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[
     return F.cross_entropy(logits, y, reduction="none"), logits.argmax(1) != y
 
 
+def dlr_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example DLR loss (Croce & Hein 2020, eq. 6): -(z_y - max_{i!=y} z_i) / (z_pi1 - z_pi3 + 1e-12).
+
+    z_pi are the logits sorted in decreasing order. The ratio is invariant to shifting and rescaling the
+    logits, so saturated logits (cross-entropy gradients that underflow) do not stall it; it is positive
+    exactly when the point is misclassified. Written as AutoAttack's ``dlr_loss`` (the runner-up logit taken
+    from the sorted row), which torchattacks' APGD copies. Needs at least three classes.
+    """
+    if logits.shape[1] < 3:
+        raise ValueError(
+            f"the DLR loss needs at least 3 classes, the model has {logits.shape[1]}: use loss = 'ce'"
+        )
+    z_sorted, ind_sorted = logits.sort(dim=1)
+    u = torch.arange(logits.shape[0], device=logits.device)
+    y_top = (ind_sorted[:, -1] == y).to(logits.dtype)
+    runner_up = z_sorted[:, -2] * y_top + z_sorted[:, -1] * (1.0 - y_top)
+    return -(logits[u, y] - runner_up) / (z_sorted[:, -1] - z_sorted[:, -3] + 1e-12)
+
+
 class PGDResult(NamedTuple):
     x_adv: torch.Tensor  # (B, C, H, W) best iterate per example
     correct_last: torch.Tensor  # (B,) bool: the final iterate of every restart was still classified right
@@ -70,10 +97,16 @@ class PGD:
     seed: int = 0
     stream: str = "pgd"  # the suite entry's name: part of every random start's seed
     all_restarts: bool = False  # restarts after the first also run on points already broken
+    loss: str = "ce"  # the ascended (and best-iterate) loss: "ce" cross-entropy or "dlr" (:func:`dlr_loss`)
+    eot_iter: int = 1  # forward/backward passes averaged per step (EOT); 1 = the plain gradient
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ValueError(f"PGD norm must be 'Linf' or 'L2', got {self.norm!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"PGD loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.eot_iter < 1:
+            raise ValueError(f"PGD eot_iter must be >= 1, got {self.eot_iter!r}")
 
     # ------------------------------------------------------------------------------------------- hooks
     def init_delta(self, delta: torch.Tensor) -> torch.Tensor:
@@ -93,6 +126,55 @@ class PGD:
             n = delta.flatten(1).norm(dim=1).clamp_min(1e-12)
             delta = delta * (self.eps / n).clamp(max=1.0).view(-1, *[1] * (x.dim() - 1))
         return (x + delta).clamp(0.0, 1.0)
+
+    # ------------------------------------------------------------------------------------------ losses
+    def objective(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass: per-example loss (this attack's) and misclassification flags."""
+        if self.loss == "ce":
+            return loss_and_wrong(model, x, y)
+        logits = model(x)
+        return dlr_loss(logits, y), logits.argmax(1) != y
+
+    def expected_objective(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The objective over ``eot_iter`` passes: mean loss, and wrong when most passes misclassify."""
+        loss_sum, wrong = self.objective(model, x, y)
+        if self.eot_iter == 1:
+            return loss_sum, wrong
+        wrong_n = wrong.to(loss_sum.dtype)
+        for _ in range(self.eot_iter - 1):
+            loss, wrong = self.objective(model, x, y)
+            loss_sum, wrong_n = loss_sum + loss, wrong_n + wrong
+        return loss_sum / self.eot_iter, 2 * wrong_n > self.eot_iter
+
+    def loss_grad(
+        self, model: nn.Module, adv: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, wrong, input gradient) at ``adv``: the mean over ``eot_iter`` forward/backward passes.
+
+        One pass (the default) is the original loop's code path: same operations, same bits. With more, a
+        point counts as wrong when most passes misclassify it.
+        """
+        adv.requires_grad_(True)
+        if self.eot_iter == 1:
+            return self._one_pass(model, adv, y)
+        loss_sum, wrong_n, grad_sum = self._one_pass(model, adv, y)
+        wrong_n = wrong_n.to(loss_sum.dtype)
+        for _ in range(self.eot_iter - 1):
+            loss, wrong, grad = self._one_pass(model, adv, y)
+            loss_sum, wrong_n, grad_sum = loss_sum + loss.detach(), wrong_n + wrong, grad_sum + grad
+        return loss_sum / self.eot_iter, 2 * wrong_n > self.eot_iter, grad_sum / self.eot_iter
+
+    def _one_pass(
+        self, model: nn.Module, adv: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.enable_grad():
+            loss, wrong = self.objective(model, adv, y)
+            (grad,) = torch.autograd.grad(loss.sum(), adv)
+        return loss, wrong, grad
 
     # ------------------------------------------------------------------------------------------ engine
     def start(self, x: torch.Tensor, ids: torch.Tensor, restart: int) -> torch.Tensor:
@@ -149,10 +231,7 @@ class PGD:
         """One restart on the points ``idx``; updates ``best`` and ``hist_sum``, returns last-iterate errors."""
         adv = self.start(xa, ids, restart)
         for t in range(self.steps):
-            adv.requires_grad_(True)
-            with torch.enable_grad():
-                loss, wrong = loss_and_wrong(model, adv, ya)
-                (grad,) = torch.autograd.grad(loss.sum(), adv)
+            loss, wrong, grad = self.loss_grad(model, adv, ya)
             adv, loss = adv.detach(), loss.detach()
             best.update(idx, adv, loss, wrong)
             if t > 0:
@@ -163,7 +242,7 @@ class PGD:
                 return wrong
             adv = new
         with torch.inference_mode():
-            loss, wrong = loss_and_wrong(model, adv, ya)
+            loss, wrong = self.expected_objective(model, adv, ya)
         best.update(idx, adv, loss, wrong)
         if self.steps > 0:
             hist_sum[self.steps - 1] += float(loss.sum())

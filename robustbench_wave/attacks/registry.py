@@ -12,7 +12,7 @@ to make it usable in a suite file and tested (timm's ``_registry`` / ``list_mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -73,11 +73,25 @@ class RunContext:
     seed: int = 0
     surrogate: nn.Module | None = None  # already wrapped and in attack mode
     block_seed: int = 0  # seed for library attacks (set per id block by the evaluation)
+    num_classes: int | None = None  # the data set's class count; None = the width of the model's logits
+
+    def class_count(self, model: nn.Module, x: torch.Tensor) -> int:
+        """The number of classes targeted attacks may aim at: ``num_classes``, else the model's logit width.
+
+        (The fallback costs one forward pass of one point; the targeted library attacks reseed themselves
+        before their first random draw, so a randomised model's extra draw moves none of theirs.)
+        """
+        if self.num_classes is not None:
+            return int(self.num_classes)
+        with torch.inference_mode():
+            return int(model(x[:1]).shape[1])
 
 
 Runner = Callable[
     [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float, "AttackEntry", RunContext], RunOutput
 ]
+# (threat, params) -> None if the implementation honours these settings, else a one-line reason it cannot
+Rejects = Callable[[str, Mapping[str, Any]], str | None]
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,15 @@ class RunnerSpec:
     backend: str
     fn: Runner
     per_example_rng: bool  # True: results depend only on each example (batch freely); False: use id blocks
+    rejects: Rejects | None = None  # settings this back-end cannot honour (e.g. a loss its library lacks)
+
+    def rejection(self, threat: str, params: Mapping[str, Any]) -> str | None:
+        """Why this implementation cannot run an entry with these settings, or None if it can.
+
+        A cross-check must skip (and a pinned back-end must refuse) such an entry rather than run a
+        different attack under the same name; the runner itself raises the same reason as a ValueError.
+        """
+        return None if self.rejects is None else self.rejects(threat, params)
 
 
 @dataclass(frozen=True)
@@ -146,8 +169,14 @@ def register_family(
     return family
 
 
-def register_attack(family: str, *, backend: str, per_example_rng: bool) -> Callable[[Runner], Runner]:
-    """Decorator: register ``fn`` as ``backend``'s implementation of the declared ``family``."""
+def register_attack(
+    family: str, *, backend: str, per_example_rng: bool, rejects: Rejects | None = None
+) -> Callable[[Runner], Runner]:
+    """Decorator: register ``fn`` as ``backend``'s implementation of the declared ``family``.
+
+    ``rejects(threat, params)`` names the settings of the family this back-end cannot honour (see
+    :meth:`RunnerSpec.rejection`); omitted, it honours all of them.
+    """
     if family not in _FAMILIES:
         raise ValueError(f"declare attack family {family!r} with register_family(...) before its runners")
     if backend not in BACKENDS:
@@ -156,7 +185,7 @@ def register_attack(family: str, *, backend: str, per_example_rng: bool) -> Call
     def wrap(fn: Runner) -> Runner:
         if (family, backend) in _RUNNERS:
             raise ValueError(f"{backend!r} implementation of {family!r} is registered twice")
-        _RUNNERS[(family, backend)] = RunnerSpec(family, backend, fn, per_example_rng)
+        _RUNNERS[(family, backend)] = RunnerSpec(family, backend, fn, per_example_rng, rejects)
         return fn
 
     return wrap

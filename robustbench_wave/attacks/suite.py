@@ -17,7 +17,9 @@ Threat models (Croce & Hein 2020; Carlini et al. 2019): ``Linf`` and ``L2`` norm
 pixel units; ``L0`` is our budget for salt-and-pepper noise: the *fraction of pixel positions* (all channels
 of a pixel together) that may change, so ``eps = 0.05`` lets 5% of the pixels flip to black or white.
 Validation: ``Linf`` and ``L0`` budgets must lie in [0, 1]; ``L2`` budgets must be >= 0 (an L2 budget above 1
-is normal, e.g. 2.0 on 28x28 images) and are checked against sqrt(C*H*W) when the data is known.
+is normal, e.g. 2.0 on 28x28 images) and are checked against sqrt(C*H*W) when the data is known
+(:func:`robustbench_wave.evaluation.plan.check_budgets`). The suite's ``name`` becomes part of a run folder's
+name, so it must be a safe folder name (:func:`robustbench_wave.runfolder.check_safe_name`).
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from robustbench_wave.attacks.registry import (
     Param,
     Threat,
     family_spec,
+    get_runner,
     list_families,
 )
+from robustbench_wave.runfolder import check_safe_name
 
 SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
 THREATS = tuple(t.value for t in Threat)
@@ -80,9 +84,21 @@ class AttackEntry:
         """The backend for this entry: the suite's pin, else ``requested`` if supported, else the default."""
         if self.backend is not None:
             return self.backend
-        if requested != "auto" and requested in self.spec.backends:
+        able = self.able_backends()
+        if requested != "auto" and requested in able:
             return requested
-        return self.spec.backends[0]
+        return able[0]
+
+    def able_backends(self) -> list[str]:
+        """The family's back-ends that honour this entry's settings (e.g. not torchattacks for a DLR PGD),
+        default first: the only ones it may run on or be cross-checked against."""
+        return [b for b in self.spec.backends if self.rejection(b) is None]
+
+    def rejection(self, backend: str) -> str | None:
+        """Why ``backend`` cannot run this entry as written, or None (clean has no runner: nothing to refuse)."""
+        if self.family == CLEAN:
+            return None
+        return get_runner(self.family, backend).rejection(self.threat, self.params)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "family": self.family, "threat": self.threat, **self.params}
@@ -225,7 +241,7 @@ def _check_param(name: str, p: Param, value: Any, where: str) -> Any:
     return value
 
 
-def _parse_entry(raw: Any, index: int) -> AttackEntry:
+def _parse_entry(raw: Any, index: int, source: str = "") -> AttackEntry:
     where = f"[[attack]] #{index + 1}"
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a table with name, family, threat, ...")
@@ -249,7 +265,12 @@ def _parse_entry(raw: Any, index: int) -> AttackEntry:
     else:
         if "threat" not in raw and family == "noise" and raw.get("distribution") in NOISE_THREAT:
             raw["threat"] = NOISE_THREAT[raw["distribution"]]
-        threat = _threat_name(raw.pop("threat", None), where)
+        if "threat" not in raw:
+            raise ValueError(
+                f"attack entry {name!r} ({source or 'suite'} [[attack]] #{index + 1}) lacks the field 'threat'; "
+                f"add threat = one of {', '.join(THREATS)}"
+            )
+        threat = _threat_name(raw.pop("threat"), where)
         if threat not in spec.threats:
             raise ValueError(
                 f"{where}: family {family!r} supports threats {list(spec.threats)}, not {threat!r}"
@@ -275,15 +296,27 @@ def _parse_entry(raw: Any, index: int) -> AttackEntry:
     if family == "noise" and NOISE_THREAT[params["distribution"]] != threat:
         dist = params["distribution"]
         raise ValueError(f"{where}: {dist} noise is budgeted in {NOISE_THREAT[dist]}, not {threat}")
-    return AttackEntry(name, family, threat, params, backend, eps_t)
+    entry = AttackEntry(name, family, threat, params, backend, eps_t)
+    _check_backends(entry, where)
+    return entry
+
+
+def _check_backends(entry: AttackEntry, where: str) -> None:
+    """A pinned back-end must honour the entry's settings, and some back-end must (checked at load time, so
+    a run never starts an attack its back-end would refuse, or run a different one under the same name)."""
+    if entry.backend is not None and (reason := entry.rejection(entry.backend)) is not None:
+        raise ValueError(f"{where}: {reason}")
+    if not entry.able_backends():
+        reasons = "; ".join(f"{b}: {entry.rejection(b)}" for b in entry.spec.backends)
+        raise ValueError(f"{where}: no back-end can run these settings ({reasons})")
 
 
 def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "suite") -> Suite:
     """Validate a suite given as a dict (parsed TOML); every problem raises ValueError saying what to fix."""
     data = copy.deepcopy(data)
-    name = str(data.pop("name", default_name))
-    description = str(data.pop("description", ""))
     source = str(data.pop("source", "")) or source  # present when re-parsing Suite.to_dict() (meta.json)
+    name = check_safe_name(str(data.pop("name", default_name)), f"suite name (in {source or 'the suite'})")
+    description = str(data.pop("description", ""))
     settings = data.pop("settings", {}) or {}
     if not isinstance(settings, dict):
         raise ValueError(f"suite {name!r}: [settings] must be a table")
@@ -312,7 +345,7 @@ def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "
         )
     if not isinstance(raw_attacks, list) or not raw_attacks:
         raise ValueError(f'suite {name!r}: no [[attack]] entries; add at least one (e.g. family = "clean")')
-    attacks = [_parse_entry(a, i) for i, a in enumerate(raw_attacks)]
+    attacks = [_parse_entry(a, i, source) for i, a in enumerate(raw_attacks)]
     seen: set[str] = set()
     for a in attacks:
         if a.name in seen:

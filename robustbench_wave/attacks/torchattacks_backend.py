@@ -1,14 +1,22 @@
 """Attacks from torchattacks (Kim 2020), registered under the ``torchattacks`` backend.
 
-FGSM, L∞/L2 PGD, APGD (Croce & Hein 2020) and Square (Andriushchenko et al. 2020); APGD and Square exist only
-here, so their families are declared here. torchattacks draws from torch's global RNG, so the non-FGSM runners
-are registered with ``per_example_rng=False``: the evaluation calls them on fixed blocks of example ids inside
-:func:`robustbench_wave.attacks.seeding.seeded` (``ctx.block_seed``), and their results do not depend on the
-batch size either. torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
+FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b) and Square (Andriushchenko
+et al. 2020): with APGD-CE these are AutoAttack's standard version (``attacks/autoattack.toml``). APGD,
+APGD-T, FAB-T and Square exist only here, so their families are declared here. torchattacks draws from
+torch's global RNG, so the non-FGSM runners are registered with ``per_example_rng=False``: the evaluation
+calls them on fixed blocks of example ids inside :func:`robustbench_wave.attacks.seeding.seeded`
+(``ctx.block_seed``, which APGD, APGD-T, FAB and Square also take as their own seed), and their results do not
+depend on the batch size either. torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
+
+EOT (``eot_iter > 1``): APGD and APGD-T average ``eot_iter`` gradients themselves; FGSM and L∞ PGD switch to
+torchattacks' ``EOTPGD`` (FGSM = one step of size eps from the clean point). torchattacks has neither an L2
+EOT PGD nor a DLR-loss PGD, so this back-end refuses those settings (:meth:`RunnerSpec.rejection`) instead of
+running a different attack under the entry's name.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +45,38 @@ register_family(
         "restarts": Param(int, 1, minimum=1),
         "loss": Param(str, "ce", choices=("ce", "dlr")),
         "rho": Param(float, 0.75, minimum=0.0),
+        "eot_iter": Param(int, 1, minimum=1),
+    },
+    default_backend="torchattacks",
+)
+# AutoAttack's targeted members: each runs once per target class, the n_target_classes classes with the
+# highest clean logits after the top one (9 in AutoAttack's standard version; fewer if the data has fewer).
+register_family(
+    "apgd-t",
+    kind=AttackKind.WHITE_BOX,
+    threats=(Threat.LINF, Threat.L2),
+    grad_dependent=True,
+    params={
+        "steps": Param(int, 100, minimum=1),
+        "restarts": Param(int, 1, minimum=1),
+        "n_target_classes": Param(int, 9, minimum=1),
+        "rho": Param(float, 0.75, minimum=0.0),
+        "eot_iter": Param(int, 1, minimum=1),
+    },
+    default_backend="torchattacks",
+)
+register_family(
+    "fab-t",
+    kind=AttackKind.WHITE_BOX,
+    threats=(Threat.LINF, Threat.L2),
+    grad_dependent=True,
+    params={
+        "steps": Param(int, 100, minimum=1),
+        "restarts": Param(int, 1, minimum=1),
+        "n_target_classes": Param(int, 9, minimum=1),
+        "alpha_max": Param(float, 0.1, minimum=0.0),
+        "eta": Param(float, 1.05, minimum=1.0),
+        "beta": Param(float, 0.9, minimum=0.0),
     },
     default_backend="torchattacks",
 )
@@ -76,10 +116,23 @@ def torchattacks_fgsm(
 ) -> RunOutput:
     import torchattacks
 
+    eot = entry.params.get("eot_iter", 1)
+    if eot > 1:  # one EOT step of size eps from the clean point: FGSM on the mean gradient
+        atk = torchattacks.EOTPGD(model, eps=eps, alpha=eps, steps=1, eot_iter=eot, random_start=False)
+        return RunOutput(atk(x, y).detach())
     return RunOutput(torchattacks.FGSM(model, eps=eps)(x, y).detach())
 
 
-@register_attack("pgd", backend="torchattacks", per_example_rng=False)
+def pgd_rejects(threat: str, params: Mapping[str, Any]) -> str | None:
+    """The PGD settings torchattacks cannot honour: a DLR loss, and EOT under L2 (EOTPGD is L∞ only)."""
+    if params.get("loss", "ce") != "ce":
+        return f"torchattacks' PGD has no {params['loss']!r} loss: use backend = 'builtin' or 'foolbox'"
+    if params.get("eot_iter", 1) > 1 and threat != Threat.LINF.value:
+        return "torchattacks has no L2 PGD with EOT (EOTPGD is L∞ only): use backend = 'builtin' or 'foolbox'"
+    return None
+
+
+@register_attack("pgd", backend="torchattacks", per_example_rng=False, rejects=pgd_rejects)
 def torchattacks_pgd(
     model: nn.Module,
     x: torch.Tensor,
@@ -92,8 +145,14 @@ def torchattacks_pgd(
     import torchattacks
 
     p = entry.params
-    cls = torchattacks.PGD if entry.threat == Threat.LINF.value else torchattacks.PGDL2
-    atk = cls(model, eps=eps, alpha=step_size(p, eps), steps=p["steps"], random_start=p["random_start"])
+    reason = pgd_rejects(entry.threat, p)
+    if reason is not None:
+        raise ValueError(f"attack {entry.name!r}: {reason}")
+    kw = {"eps": eps, "alpha": step_size(p, eps), "steps": p["steps"], "random_start": p["random_start"]}
+    if p.get("eot_iter", 1) > 1:
+        atk = torchattacks.EOTPGD(model, eot_iter=p["eot_iter"], **kw)
+    else:
+        atk = (torchattacks.PGD if entry.threat == Threat.LINF.value else torchattacks.PGDL2)(model, **kw)
     return RunOutput(keep_first_success(model, x, y, p["restarts"], atk))
 
 
@@ -119,6 +178,90 @@ def torchattacks_apgd(
         seed=ctx.block_seed,
         loss=p["loss"],
         rho=p["rho"],
+        eot_iter=p["eot_iter"],
+    )
+    return RunOutput(atk(x, y).detach())
+
+
+def target_count(entry: AttackEntry, model: nn.Module, x: torch.Tensor, ctx: RunContext) -> int:
+    """How many target classes a targeted member tries: ``n_target_classes``, at most classes - 1."""
+    classes = ctx.class_count(model, x)
+    if classes < 2:
+        raise ValueError(f"attack {entry.name!r} ({entry.family}) needs at least 2 classes, got {classes}")
+    return min(entry.params["n_target_classes"], classes - 1)
+
+
+@functools.cache
+def _apgdt_class() -> type:
+    """torchattacks' APGDT, with its targeted DLR loss defined for fewer than four classes.
+
+    AutoAttack's loss is -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2); with three classes z_pi4 does not
+    exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own.
+    """
+    import torchattacks
+
+    class APGDTFewClasses(torchattacks.APGDT):
+        def dlr_loss_targeted(self, x: torch.Tensor, y: torch.Tensor, y_target: torch.Tensor) -> torch.Tensor:
+            if x.shape[1] >= 4:
+                return super().dlr_loss_targeted(x, y, y_target)
+            u = torch.arange(x.shape[0], device=x.device)
+            x_sorted = x.sort(dim=1)[0]
+            scale = x_sorted[:, -1] - x_sorted[:, -3] + 1e-12 if x.shape[1] == 3 else 1.0
+            return -(x[u, y] - x[u, y_target]) / scale
+
+    return APGDTFewClasses
+
+
+@register_attack("apgd-t", backend="torchattacks", per_example_rng=False)
+def torchattacks_apgdt(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    p = entry.params
+    atk = _apgdt_class()(
+        model,
+        norm=entry.threat,
+        eps=eps,
+        steps=p["steps"],
+        n_restarts=p["restarts"],
+        seed=ctx.block_seed,
+        eot_iter=p["eot_iter"],
+        rho=p["rho"],
+        n_classes=target_count(entry, model, x, ctx) + 1,  # torchattacks targets n_classes - 1 classes
+    )
+    return RunOutput(atk(x, y).detach())
+
+
+@register_attack("fab-t", backend="torchattacks", per_example_rng=False)
+def torchattacks_fabt(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    eps: float,
+    entry: AttackEntry,
+    ctx: RunContext,
+) -> RunOutput:
+    import torchattacks
+
+    p = entry.params
+    atk = torchattacks.FAB(
+        model,
+        norm=entry.threat,
+        eps=eps,
+        steps=p["steps"],
+        n_restarts=p["restarts"],
+        alpha_max=p["alpha_max"],
+        eta=p["eta"],
+        beta=p["beta"],
+        seed=ctx.block_seed,
+        multi_targeted=True,
+        n_classes=target_count(entry, model, x, ctx) + 1,  # torchattacks targets n_classes - 1 classes
     )
     return RunOutput(atk(x, y).detach())
 
