@@ -12,6 +12,13 @@ loads ``results/train/<dataset>/<model>/seed-<train-seed>/`` for every ``--model
 table.tex and table.txt. Finished (model, attack, grad mode) chunks are saved in ``chunks/`` as they complete,
 so re-running a killed command with the same arguments resumes where it stopped.
 
+Every input is checked before anything is written, the run folder included: flags, suite (budgets against the
+image size), data set, models (trained on that data set), and the run folder's name (safe, inside ``--out``).
+The command holds the run folder's lock while it writes there (a ``--shard`` job: its shard's folder), so a
+second run into it stops with one line. ``config.json`` records the settings with the checkpoint and spec
+hashes; a folder holding another configuration is refused unless ``--overwrite``, which first deletes what the
+old configuration wrote (records, tables, report, chunks) and nothing else.
+
 The examples (never the attacks) can be split over processes, with records identical to one process's:
 
     torchrun --nproc_per_node 4 -m robustbench_wave.attack ...   # ranks; rank 0 merges and reports
@@ -27,8 +34,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import shutil
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,26 +43,31 @@ from typing import Any
 import torch
 from torch import nn
 
+from robustbench_wave import runfolder
 from robustbench_wave.attacks import BACKENDS, Suite, list_suites, load_suite
+from robustbench_wave.cli import Parser, non_negative_int, positive_int
 from robustbench_wave.data import DatasetInfo, describe_datasets, load_split, to_float
 from robustbench_wave.distributed import (
     DEVICE_CHOICES,
     DistContext,
     all_gather_object,
     barrier,
+    broadcast_object,
     init_distributed,
     resolve_device,
     shutdown,
 )
 from robustbench_wave.evaluation import ALL_MODES, EvaluationResult, evaluate
+from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.chunks import tensor_sha256
+from robustbench_wave.evaluation.plan import check_budgets
 from robustbench_wave.evaluation.records import read_meta
 from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_results, shard_dir
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env, compile_model
 from robustbench_wave.reporting import tables
 from robustbench_wave.reporting.finalize import finalize_run
-from robustbench_wave.reporting.runs import VERDICT_JSON
+from robustbench_wave.reporting.runs import FIGURES_DIR, REPORT_OUTPUT_FILES, VERDICT_JSON
 from robustbench_wave.training import checkpoint
 
 #: A trained model and the metadata of its training run (checkpoint hash, run folder, clean accuracy).
@@ -67,6 +79,17 @@ NO_SURROGATE = "none"
 #: What this module writes into a run folder (records, tables and report are written by the library).
 CONFIG_JSON = "config.json"
 CHUNKS_DIR = "chunks"
+
+#: Everything in a run folder (or a ``--shard`` job's folder) that its configuration made: removed, and only
+#: this, before another configuration's ``config.json`` is written (:func:`prepare_run_dir`).
+RUN_FILES = (
+    CONFIG_JSON, rec.RECORDS_FILE, rec.META_FILE, rec.CROSSCHECK_FILE, *tables.TABLE_FILES.values(),
+    *REPORT_OUTPUT_FILES,
+)  # fmt: skip
+RUN_FOLDERS = (FIGURES_DIR, CHUNKS_DIR, SHARDS_DIR)
+
+#: What to do when another run holds the folder.
+LOCK_HINT = "wait for it to finish, or pass --run-name NAME for another folder"
 
 #: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
 #: torchrun stops every rank as soon as one fails, so a long wait never hides a crash).
@@ -87,11 +110,10 @@ def echo(msg: str = "") -> None:
     sys.stdout.flush()
 
 
-def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def get_args_parser() -> Parser:
+    p = Parser(
         prog="python -m robustbench_wave.attack",
         description="Attack trained zoo models with an attack suite; write per-example records and tables.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--model",
@@ -116,17 +138,22 @@ def get_args_parser() -> argparse.ArgumentParser:
         default="fashion-mnist",
         help=f"data set spec the models were trained on: {describe_datasets()}",
     )
-    p.add_argument("--n-examples", type=int, default=1000, help="attack the first N test images")
+    p.add_argument("--n-examples", type=positive_int, default=1000, help="attack the first N test images")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=128,
         help="examples per forward/backward pass (memory only: results do not depend on it)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="attack seed (random starts, noise, library attack blocks)"
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="attack seed (random starts, noise, library attack blocks)",
     )
-    p.add_argument("--train-seed", type=int, default=0, help="which training run (seed-<s>) to load")
+    p.add_argument(
+        "--train-seed", type=non_negative_int, default=0, help="which training run (seed-<s>) to load"
+    )
     p.add_argument(
         "--backend",
         default="auto",
@@ -165,11 +192,16 @@ def get_args_parser() -> argparse.ArgumentParser:
         type=Path,
         help="results root; the run goes to OUT/attack/<dataset>/<run-name>",
     )
-    p.add_argument("--run-name", default=None, help="run folder name (default: models, suite, n and seeds)")
+    p.add_argument(
+        "--run-name",
+        default=None,
+        help="run folder name, letters, digits and . _ + = - (default: models, suite, n and seeds)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="reuse a run folder that holds a different configuration (its old chunks are discarded)",
+        help="reuse a run folder that holds a different configuration (its old records, tables, report and "
+        "chunks are deleted first)",
     )
     p.add_argument(
         "--device",
@@ -187,7 +219,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="CPU threads per process (0 = OMP_NUM_THREADS if set, else the local cores divided by the "
         "local ranks); on a busy shared machine 1 is often fastest",
@@ -208,14 +240,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--n-diagnostics",
-        type=int,
+        type=positive_int,
         default=32,
         help="examples per model on which the diagnostics run their extra attacks (steps/restarts sweeps, "
         "large eps, gradient health)",
     )
     p.add_argument(
         "--diagnostics-steps",
-        type=int,
+        type=positive_int,
         default=10,
         help="PGD steps of the diagnostics' extra attacks (x4 sweep)",
     )
@@ -248,8 +280,10 @@ class RunSettings:
     def has_surrogate(self) -> bool:
         return self.surrogate.lower() != NO_SURROGATE
 
-    def to_config(self, suite: Suite, hashes: dict[str, str]) -> dict[str, Any]:
-        """The ``config.json`` of the run: these settings, the suite and the checkpoint hashes."""
+    def to_config(
+        self, suite: Suite, hashes: dict[str, str], specs: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The ``config.json`` of the run: these settings, the suite, the checkpoint and spec hashes."""
         return {
             "models": self.models,
             "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
@@ -263,20 +297,29 @@ class RunSettings:
             "skip_broken": self.skip_broken,
             "cross_check": self.cross_check,
             "checkpoints": hashes,
+            "specs": specs or {},
         } | ({"compile": self.compile} if self.compile != CompileMode.OFF.value else {})
 
 
 def select_suite(suite: str, attacks: str | None) -> Suite:
     """Load a suite by name or path and keep only the comma-separated ``attacks`` (clean always stays)."""
     loaded = load_suite(suite)
-    if attacks:
-        loaded = loaded.select([a.strip() for a in attacks.split(",") if a.strip()])
-    return loaded
+    if attacks is None:
+        return loaded
+    names = [a.strip() for a in attacks.split(",") if a.strip()]
+    if not names:
+        raise ValueError(
+            f"--attacks {attacks!r} names no attack; give comma-separated entries of suite {loaded.name!r}: "
+            f"{[a.name for a in loaded.attacks]}"
+        )
+    return loaded.select(names)
 
 
 def parse_grad_modes(text: str) -> list[str]:
     """The comma-separated gradient modes, each one of ``ALL_MODES``."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
+    if not modes:
+        raise ValueError(f"--grad-modes {text!r} names no gradient mode; choose from {ALL_MODES}")
     bad = sorted(set(modes) - set(ALL_MODES))
     if bad:
         raise ValueError(f"unknown --grad-modes {bad}; choose from {ALL_MODES}")
@@ -305,13 +348,14 @@ def load_model(name: str, dataset: str, results_dir: Path, train_seed: int) -> L
         raise SystemExit(f"cannot load model {name!r}: {err}") from None
 
 
-def checkpoint_hashes(
-    models: dict[str, Loaded], surrogate_name: str, surrogate: Loaded | None
+def model_hashes(
+    models: dict[str, Loaded], surrogate_name: str, surrogate: Loaded | None, key: str = "checkpoint_sha256"
 ) -> dict[str, str]:
-    """The sha256 of every checkpoint the run reads, the surrogate's under ``surrogate:<name>``."""
-    hashes = {k: v[1].get("checkpoint_sha256", "") for k, v in models.items()}
+    """Every model's ``key`` from its training metadata (the checkpoint's sha256, or ``spec_sha256``), the
+    surrogate's under ``surrogate:<name>``; "" where the metadata lacks it."""
+    hashes = {k: v[1].get(key) or "" for k, v in models.items()}
     if surrogate is not None:
-        hashes[f"surrogate:{surrogate_name}"] = surrogate[1].get("checkpoint_sha256", "")
+        hashes[f"surrogate:{surrogate_name}"] = surrogate[1].get(key) or ""
     return hashes
 
 
@@ -320,32 +364,57 @@ def default_run_name(models: list[str], suite_name: str, n: int, seed: int, trai
     return f"{'+'.join(models)}_{suite_name}_n{n}_seed{seed}_train{train_seed}"
 
 
-def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool, *, write: bool = True) -> None:
+def _describe(info: DatasetInfo) -> str:
+    return f"{info.name} ({info.num_classes} classes, {info.in_chans}x{info.img_size}x{info.img_size})"
+
+
+def check_dataset(name: str, train_meta: dict[str, Any], info: DatasetInfo) -> None:
+    """A model is attacked only on the data set it was trained on: same name, classes, size and channels
+    (two data sets with the same channel count would otherwise run and give meaningless numbers)."""
+    trained_on = train_meta.get("dataset_info")
+    if trained_on is None or all(
+        getattr(trained_on, f, None) == getattr(info, f)
+        for f in ("name", "num_classes", "img_size", "in_chans")
+    ):
+        return
+    raise SystemExit(
+        f"model {name!r} was trained on {_describe(trained_on)}, not on {_describe(info)}; attack it with "
+        f"--dataset {trained_on.name}"
+    )
+
+
+def _read_config(config_path: Path) -> dict[str, Any] | None:
+    """The folder's ``config.json``; {} when there is none, None when it cannot be read."""
+    try:
+        config = read_meta(config_path)
+    except (ValueError, OSError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool) -> None:
     """Write ``config.json``; a folder holding another configuration is refused unless ``overwrite``.
 
-    ``write=False`` only checks (the ranks other than 0, which leave the folder to rank 0).
-    Overwriting discards the old chunks (the shards' too), so nothing computed under the old configuration is
-    resumed.
+    Called holding the folder's :class:`~robustbench_wave.runfolder.RunLock`. Results without a readable
+    ``config.json`` count as another configuration. Replacing one first removes everything it made
+    (:data:`RUN_FILES`, :data:`RUN_FOLDERS`) and nothing else, before the new ``config.json`` exists, so a run
+    killed later never leaves old records or tables beside the new configuration. Raises ValueError if refused.
     """
-    config_path = run_dir / CONFIG_JSON
-    old = read_meta(config_path)
-    if old and old != config and not overwrite:
-        raise SystemExit(
-            f"{run_dir} holds a run with a different configuration; pass --run-name NAME for a new folder "
-            "or --overwrite to replace it"
-        )
-    if not write:
+    old = _read_config(run_dir / CONFIG_JSON)
+    if old == config:
         return
-    if old and old != config:
-        shutil.rmtree(run_dir / CHUNKS_DIR, ignore_errors=True)
-        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
-    atomic_write_json(config_path, config)
+    if old is None or old or _holds_results(run_dir):
+        if not overwrite:
+            what = "a run with a different configuration" if old else "results without a readable config.json"
+            raise ValueError(
+                f"{run_dir} holds {what}; pass --run-name NAME for a new folder or --overwrite to replace it"
+            )
+        runfolder.remove_owned(run_dir, RUN_FILES, RUN_FOLDERS)
+    atomic_write_json(run_dir / CONFIG_JSON, config)
 
 
-def _check_dataset(name: str, train_meta: dict[str, Any], info: DatasetInfo) -> None:
-    trained_on = train_meta.get("dataset_info")
-    if trained_on is not None and getattr(trained_on, "in_chans", info.in_chans) != info.in_chans:
-        raise SystemExit(f"model {name!r} was trained on {trained_on.name}, not on {info.name}")
+def _holds_results(folder: Path) -> bool:
+    return any((folder / name).exists() for name in (*RUN_FILES, FIGURES_DIR))
 
 
 def _summary_line(name: str, result: EvaluationResult) -> str:
@@ -380,6 +449,27 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     )
 
 
+def _model_extra(settings: RunSettings, tmeta: dict[str, Any]) -> dict[str, Any]:
+    """What meta.json records about a model beyond what evaluate measures: its training run and spec."""
+    return {
+        "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
+        "checkpoint_dir": tmeta.get("run_dir"),
+        "train_seed": settings.train_seed,
+        "train_test_accuracy": tmeta.get("clean_accuracy"),
+        "spec_sha256": tmeta.get("spec_sha256"),
+        "model_spec": tmeta.get("model_spec"),
+    }
+
+
+def _spec_ids(tmeta: dict[str, Any], surrogate: Loaded | None) -> dict[str, str]:
+    """The spec hashes that join the chunk fingerprint (none known: the fingerprint is as before)."""
+    ids = {
+        "model": tmeta.get("spec_sha256"),
+        "surrogate": surrogate[1].get("spec_sha256") if surrogate else None,
+    }
+    return {k: v for k, v in ids.items() if v}
+
+
 def attack_models(
     settings: RunSettings,
     suite: Suite,
@@ -402,17 +492,10 @@ def attack_models(
     images, labels, info = data
     results = []
     for name, (model, tmeta) in models.items():
-        _check_dataset(name, tmeta, info)
         model.to(device)
         sur = surrogate[0].to(device) if surrogate is not None else None
         if sur is model:
             log.info("%s is its own surrogate: the transfer attack is a white-box attack here", name)
-        extra = {
-            "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
-            "checkpoint_dir": tmeta.get("run_dir"),
-            "train_seed": settings.train_seed,
-            "train_test_accuracy": tmeta.get("clean_accuracy"),
-        }
         result = evaluate(
             model,
             images,
@@ -431,7 +514,8 @@ def attack_models(
             cross_check=settings.cross_check,
             cache_dir=cache_dir,
             example_ids=example_ids,
-            extra_meta=extra,
+            extra_meta=_model_extra(settings, tmeta),
+            specs=_spec_ids(tmeta, surrogate),
         )
         results.append(result)
         echo(_summary_line(name, result))
@@ -442,7 +526,7 @@ def _print_results(merged: EvaluationResult, run_dir: Path, paths: dict[str, Pat
     echo()
     echo(paths["text"].read_text(encoding="utf-8"))  # the table rendered by reporting.tables
     xc = merged.crosscheck()
-    if xc is not None:
+    if xc is not None and len(xc):  # empty when no point was attacked
         echo("cross-check (robust accuracy of the other backend minus the primary one, on the same points):")
         echo(xc[CROSSCHECK_COLUMNS].to_string(index=False))
     echo(f"\nwrote {run_dir}: " + ", ".join(sorted(p.name for p in paths.values())))
@@ -457,6 +541,29 @@ class FinalizeOptions:
     diagnostics_steps: int = 10
     batch_size: int = 128
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.diagnostics, bool):
+            raise ValueError(f"finalize option diagnostics = {self.diagnostics!r} must be true or false")
+        for field, minimum in (
+            ("n_diagnostics", 1),
+            ("diagnostics_steps", 1),
+            ("batch_size", 1),
+            ("seed", 0),
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"finalize option {field} = {value!r} must be a whole number >= {minimum}")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FinalizeOptions:
+        """The options a ``--shard`` job stored in its meta.json; ValueError names a bad or unknown field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"finalize options must be a JSON object, not {data!r:.60}")
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown finalize options {unknown}")
+        return cls(**data)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FinalizeOptions:
@@ -503,33 +610,83 @@ class Job:
     run_dir: Path
 
 
-def _prepare(args: argparse.Namespace) -> Job:
-    """Parse the suite and modes, load the test images and the models; bad input ends with one clear line."""
-    settings = _settings(args)
+def _check_flags(args: argparse.Namespace, settings: RunSettings) -> tuple[Suite, list[str]]:
+    """The checks that need no data: --out, the model names, the suite and the gradient modes."""
     try:
-        suite = select_suite(args.suite, args.attacks)
-        if args.n_examples < 1 or args.batch_size < 1:
-            raise ValueError("--n-examples and --batch-size must be >= 1")
-        modes = parse_grad_modes(settings.grad_modes)
+        runfolder.check_writable_root(args.out)
+        for name in settings.models:
+            runfolder.check_safe_name(name, "--model")
+        if settings.has_surrogate:
+            runfolder.check_safe_name(settings.surrogate, "--surrogate")
+        if args.run_name is not None:
+            runfolder.check_safe_name(args.run_name, "--run-name")
+        return select_suite(args.suite, args.attacks), parse_grad_modes(settings.grad_modes)
     except ValueError as err:
         raise SystemExit(str(err)) from None
+
+
+def _load_data(settings: RunSettings, suite: Suite) -> tuple[torch.Tensor, torch.Tensor, DatasetInfo]:
+    """The test images, with the suite's budgets checked against their size."""
     try:
         data = load_test_images(settings.dataset, settings.n_examples)
     except ValueError as err:
         raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
-    n, info = len(data[1]), data[2]
-    models = load_models(settings.models, settings.dataset, args.results_dir, settings.train_seed)
-    models = {name: (compile_model(m, settings.compile), meta) for name, (m, meta) in models.items()}
+    try:
+        check_budgets(suite, data[2], tuple(data[0].shape[1:]))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return data
+
+
+def _load_all(
+    settings: RunSettings, results_dir: Path, info: DatasetInfo
+) -> tuple[dict[str, Loaded], Loaded | None]:
+    """The models and the surrogate, each checked to be trained on ``info``'s data set."""
+    models = load_models(settings.models, settings.dataset, results_dir, settings.train_seed)
     surrogate = None
     if settings.has_surrogate:
         surrogate = models.get(settings.surrogate) or load_model(
-            settings.surrogate, settings.dataset, args.results_dir, settings.train_seed
+            settings.surrogate, settings.dataset, results_dir, settings.train_seed
         )
-    config = settings.to_config(suite, checkpoint_hashes(models, settings.surrogate, surrogate))
-    run_name = args.run_name or default_run_name(
-        list(models), suite.name, n, settings.seed, settings.train_seed
+        check_dataset(settings.surrogate, surrogate[1], info)
+    for name, (_, meta) in models.items():
+        check_dataset(name, meta, info)
+    models = {name: (compile_model(m, settings.compile), meta) for name, (m, meta) in models.items()}
+    if surrogate is not None and settings.surrogate in models:
+        surrogate = models[settings.surrogate]
+    return models, surrogate
+
+
+def _run_dir(args: argparse.Namespace, name: str, info: DatasetInfo) -> Path:
+    """``OUT/attack/<data set slug>/<run name>``: every part a safe name, the whole inside ``--out``."""
+    try:
+        runfolder.check_safe_name(
+            name, "--run-name" if args.run_name else "the run name (pass --run-name NAME)"
+        )
+        runfolder.check_safe_name(info.slug, "the data set's slug")
+        run_dir = runfolder.check_inside(args.out, Path(args.out) / "attack" / info.slug / name)
+        runfolder.check_folders(run_dir, RUN_FOLDERS)
+        return run_dir
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+
+
+def _prepare(args: argparse.Namespace) -> Job:
+    """Validate every input and load the test images and the models; nothing is written here, and bad input
+    ends with one clear line."""
+    settings = _settings(args)
+    suite, modes = _check_flags(args, settings)
+    data = _load_data(settings, suite)
+    models, surrogate = _load_all(settings, args.results_dir, data[2])
+    config = settings.to_config(
+        suite,
+        model_hashes(models, settings.surrogate, surrogate),
+        model_hashes(models, settings.surrogate, surrogate, "spec_sha256"),
     )
-    run_dir = Path(args.out) / "attack" / info.slug / run_name
+    name = args.run_name or default_run_name(
+        list(models), suite.name, len(data[1]), settings.seed, settings.train_seed
+    )
+    run_dir = _run_dir(args, name, data[2])
     return Job(args, settings, suite, modes, data, models, surrogate, config, run_dir)
 
 
@@ -547,6 +704,17 @@ def _choose_shard(args: argparse.Namespace, ctx: DistContext) -> Shard:
         raise SystemExit(str(err)) from None
 
 
+def _check_shards(job: Job, shards: list[Shard]) -> None:
+    """Every shard that will run owns at least one seeding block of examples (checked before any write)."""
+    n, block = len(job.data[1]), job.suite.rng_block
+    for shard in shards:
+        if not shard.is_whole and not len(shard.positions(torch.arange(n), block)):
+            raise SystemExit(
+                f"shard {shard.index}/{shard.count} has no examples: {n} examples make {-(-n // block)} "
+                f"seeding blocks of {block}; use n <= {-(-n // block)} shards"
+            )
+
+
 def _evaluate_shard(job: Job, shard: Shard, ctx: DistContext) -> EvaluationResult:
     """Attack this shard's examples (all of them for the whole run) with every model, chunks cached."""
     images, labels, info = job.data
@@ -554,12 +722,6 @@ def _evaluate_shard(job: Job, shard: Shard, ctx: DistContext) -> EvaluationResul
         data, ids, cache = job.data, None, job.run_dir / CHUNKS_DIR
     else:
         ids = shard.positions(torch.arange(len(labels)), job.suite.rng_block)
-        if not len(ids):
-            blocks = -(-len(labels) // job.suite.rng_block)
-            raise SystemExit(
-                f"shard {shard.index}/{shard.count} has no examples: {len(labels)} examples make {blocks} "
-                f"seeding blocks of {job.suite.rng_block}; use n <= {blocks} shards"
-            )
         data, cache = (images[ids], labels[ids], info), shard_dir(job.run_dir, shard) / CHUNKS_DIR
     results = attack_models(
         job.settings, job.suite, data, job.modes, job.models, job.surrogate, cache,
@@ -591,16 +753,27 @@ def _write_run(job: Job, merged: EvaluationResult) -> None:
     _print_results(merged, job.run_dir, paths)
 
 
-def _run_whole(job: Job, ctx: DistContext) -> None:
-    prepare_run_dir(job.run_dir, job.config, job.args.overwrite)
-    _write_run(job, _evaluate_shard(job, Shard(), ctx))
+def _claim(folder: Path, job: Job, ctx: DistContext, stack: ExitStack) -> None:
+    """Lock ``folder`` for the rest of the command and write its config.json (rank 0, which writes for
+    every rank); a busy folder or another configuration stops every rank with rank 0's one line."""
+    refusal = None
+    if ctx.is_main:
+        try:
+            stack.enter_context(runfolder.RunLock(folder, hint=LOCK_HINT))
+            prepare_run_dir(folder, job.config, job.args.overwrite)
+        except ValueError as err:
+            refusal = str(err)
+    refusal = broadcast_object(ctx, refusal)
+    if refusal is not None:
+        raise SystemExit(refusal)
 
 
 def _run_ranks(job: Job, shard: Shard, ctx: DistContext) -> None:
-    """Every rank evaluates its shard; rank 0 merges, checks completeness and writes the run."""
-    prepare_run_dir(job.run_dir, job.config, job.args.overwrite, write=ctx.is_main)
-    barrier(ctx)
+    """Every rank evaluates its shard (the whole run in one process); rank 0 merges and writes the run."""
     result = _evaluate_shard(job, shard, ctx)
+    if not ctx.distributed:
+        _write_run(job, result)
+        return
     gathered = all_gather_object(ctx, (shard, result))
     if ctx.is_main:
         merged = merge_results(
@@ -616,7 +789,6 @@ def _run_ranks(job: Job, shard: Shard, ctx: DistContext) -> None:
 def _run_shard_job(job: Job, shard: Shard, ctx: DistContext) -> None:
     """One ``--shard i/n`` job: its records and meta in RUN/shards/i-of-n/, merged later by the report CLI."""
     folder = shard_dir(job.run_dir, shard)
-    prepare_run_dir(folder, job.config, job.args.overwrite)
     result = _evaluate_shard(job, shard, ctx)
     a = job.args
     result.meta["run"] = {"run_dir": str(job.run_dir), "command": " ".join(sys.argv), "config": job.config}
@@ -637,13 +809,18 @@ def finalize_merged_run(
     run_dir: Path, config: dict[str, Any], results_dir: Path, options: FinalizeOptions, device: str = "auto"
 ) -> None:
     """What the attack command does after writing a run, for a run joined from ``--shard`` jobs: reload its
-    models (their checkpoints must still be the ones attacked) and test images, then :func:`finalize_run`."""
+    models (their checkpoints and specs must still be the ones attacked) and test images, then
+    :func:`finalize_run`."""
     models = load_models(config["models"], config["dataset"], results_dir, config["train_seed"])
-    hashes = checkpoint_hashes(models, "", None)
-    changed = [k for k, v in hashes.items() if config["checkpoints"].get(k) != v]
+    changed = [
+        k
+        for field, key in (("checkpoints", "checkpoint_sha256"), ("specs", "spec_sha256"))
+        for k, v in model_hashes(models, "", None, key).items()
+        if field in config and config[field].get(k) != v
+    ]
     if changed:
         raise SystemExit(
-            f"the checkpoints of {changed} changed since the shards were attacked; cannot diagnose"
+            f"the checkpoints of {sorted(set(changed))} changed since the shards were attacked; cannot diagnose"
         )
     data = load_test_images(config["dataset"], config["n_examples"])
     dev = resolve_device(device)
@@ -652,8 +829,22 @@ def finalize_merged_run(
     _diagnose(options, run_dir, models, data)
 
 
+def _run(job: Job, shard: Shard, ctx: DistContext) -> None:
+    """Hold the run's folder (a ``--shard`` job: its shard's folder) while this command writes there."""
+    with ExitStack() as stack:
+        if not ctx.distributed and not shard.is_whole:
+            _claim(shard_dir(job.run_dir, shard), job, ctx, stack)
+            _run_shard_job(job, shard, ctx)
+            return
+        _claim(job.run_dir, job, ctx, stack)
+        _run_ranks(job, shard, ctx)
+        if job.args.diagnostics and ctx.is_main:
+            _diagnose(FinalizeOptions.from_args(job.args), job.run_dir, job.models, job.data)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; bad input (unknown suite, model or grad mode ...) ends with one clear line.
+    """Entry point; bad input (unknown suite, model or grad mode ...) ends with one clear line before anything
+    is written.
 
     Started by torchrun, every rank evaluates its shard of the examples and rank 0 writes the run; the other
     ranks wait at a barrier and return 0.
@@ -669,15 +860,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = _choose_shard(args, ctx)
         job = _prepare(args)
-        if ctx.distributed:
-            _run_ranks(job, shard, ctx)
-        elif not shard.is_whole:
-            _run_shard_job(job, shard, ctx)
-            return 0
-        else:
-            _run_whole(job, ctx)
-        if args.diagnostics and ctx.is_main:
-            _diagnose(FinalizeOptions.from_args(args), job.run_dir, job.models, job.data)
+        _check_shards(
+            job, [Shard(i, shard.count) for i in range(shard.count)] if ctx.distributed else [shard]
+        )
+        _run(job, shard, ctx)
     finally:
         shutdown(ctx)
     return 0

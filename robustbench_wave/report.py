@@ -16,25 +16,40 @@ after checking that the shards ran the same configuration on disjoint examples t
 It then finalizes the run as the attack command would (diagnostics, energy, verdict, report.md), which
 reloads the models: from the ``--results-dir`` the shards were given unless ``--results-dir`` says otherwise.
 With ``--no-diagnostics`` (or when the shards were run with it, or when a model cannot be loaded) it writes
-report.md from the records alone.
+report.md from the records alone. Outputs of another configuration in RUN are removed (by name) first.
+
+Before anything is written, every input is checked: the records must be readable, complete and those
+``meta.json`` describes, of the configuration in the folder's config.json (:func:`load_run`), and ``--out``
+a writable place. Both commands hold the lock of the folder they write into
+(:class:`robustbench_wave.runfolder.RunLock`), so a run being attacked cannot be reported into. Bad input
+ends with one line naming the file or flag, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
-from robustbench_wave.evaluation.sharding import merge_shard_folders
+from robustbench_wave.cli import Parser
+from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.result import EvaluationResult
+from robustbench_wave.evaluation.sharding import ShardFolder, merge_shard_folders
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.reporting.markdown import write_report
-from robustbench_wave.reporting.runs import load_run, report_path
-from robustbench_wave.reporting.tables import write_tables
+from robustbench_wave.reporting.runs import FIGURES_DIR, REPORT_OUTPUT_FILES, RunFolder, load_run, report_path
+from robustbench_wave.reporting.tables import TABLE_FILES, write_tables
+from robustbench_wave.runfolder import RunLock, check_writable_root, remove_owned
+
+#: First word that selects the merge subcommand (any other first argument is a run folder).
+MERGE = "merge"
+log = logging.getLogger("robustbench_wave.report")
+BUSY_HINT = "wait for it to finish, then run this command again"
 
 
-def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def get_args_parser() -> Parser:
+    p = Parser(
         prog="python -m robustbench_wave.report",
         description="Rebuild the tables and report.md of one attack run folder, or write one report over "
         "several run folders (training seeds, combined into mean ± sd). No attack is re-run. "
@@ -69,13 +84,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: First word that selects the merge subcommand (any other first argument is a run folder).
-MERGE = "merge"
-log = logging.getLogger("robustbench_wave.report")
-
-
-def get_merge_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def get_merge_parser() -> Parser:
+    p = Parser(
         prog=f"python -m robustbench_wave.report {MERGE}",
         description="Join the RUN/shards/I-of-N/ folders of attack --shard I/N jobs into one run folder "
         "(records identical to a one-process run), then write its tables and report.",
@@ -100,37 +110,95 @@ def get_merge_parser() -> argparse.ArgumentParser:
     return p
 
 
-def merge_main(argv: list[str]) -> int:
-    """``report merge RUN``: join the shards, write the run, finalize it (see the module docstring)."""
+def _setup_logging(quiet: bool) -> None:
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _discard_other_configuration(run_dir: Path, config: dict[str, Any]) -> None:
+    """Remove the outputs of another configuration from ``run_dir`` (by name: nothing else is touched), so
+    no stale diagnostics, energy or cross-check of it end up in the merged run's report."""
+    old = rec.read_meta(run_dir / rec.CONFIG_FILE)
+    if old and old != config:
+        log.warning("%s held another configuration's results; removing them", run_dir)
+        files = [rec.RECORDS_FILE, rec.META_FILE, rec.CROSSCHECK_FILE, rec.CONFIG_FILE]
+        remove_owned(run_dir, [*files, *TABLE_FILES.values(), *REPORT_OUTPUT_FILES], [FIGURES_DIR])
+
+
+def _write_merged(run_dir: Path, merged: EvaluationResult, folders: list[ShardFolder], quiet: bool) -> None:
+    """Records, meta.json, then config.json (all validated before), then the tables."""
+    config = folders[0].config
+    _discard_other_configuration(run_dir, config)
+    merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}
+    paths = merged.save(run_dir)
+    atomic_write_json(run_dir / rec.CONFIG_FILE, config)
+    paths |= write_tables(merged.records, run_dir, meta=merged.meta, cross=merged.crosscheck_records)
+    if not quiet:
+        sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
+    sys.stdout.write(f"merged {len(folders)} shards into {run_dir}: {', '.join(sorted(paths))}\n")
+
+
+def _finalize_merged(args: Any, config: dict[str, Any], info: dict[str, Any], options: Any) -> None:
+    """Diagnostics, energy and report.md as the attack command writes them; report.md from the records alone
+    with --no-diagnostics (or when the shards ran without them, or a model cannot be loaded)."""
     from robustbench_wave import attack  # the attack command's model loading and finalize step
 
-    args = get_merge_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        merged, folders = merge_shard_folders(args.run_dir)
-    except ValueError as err:
-        raise SystemExit(f"cannot merge {args.run_dir}: {err}") from None
-    config, info = folders[0].config, folders[0].info
-    merged.meta["run"] = {"run_dir": str(args.run_dir), "command": " ".join(sys.argv), "config": config}
-    paths = merged.save(args.run_dir)
-    atomic_write_json(args.run_dir / attack.CONFIG_JSON, config)
-    paths |= write_tables(merged.records, args.run_dir, meta=merged.meta, cross=merged.crosscheck_records)
-    if not args.quiet:
-        sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
-    sys.stdout.write(f"merged {len(folders)} shards into {args.run_dir}: {', '.join(sorted(paths))}\n")
-    options = attack.FinalizeOptions(**info.get("finalize", {}))
     if args.diagnostics and options.diagnostics:
         results_dir = args.results_dir or Path(info.get("results_dir", "results"))
         try:
             attack.finalize_merged_run(args.run_dir, config, results_dir, options, args.device)
-            return 0
+            return
         except SystemExit as err:
             log.warning("no diagnostics (%s); writing report.md from the records", err)
     report = write_report([load_run(args.run_dir)], report_path([args.run_dir]), figures=args.figures)
     sys.stdout.write(f"wrote {report}\n")
+
+
+def merge_main(argv: list[str]) -> int:
+    """``report merge RUN``: check the shards, then (holding the run folder's lock) write and finalize the run."""
+    from robustbench_wave import attack  # the finalize options the shards stored
+
+    args = get_merge_parser().parse_args(argv)
+    _setup_logging(args.quiet)
+    try:
+        merged, folders = merge_shard_folders(args.run_dir)
+        info = folders[0].info
+        options = attack.FinalizeOptions.from_dict(info.get("finalize", {}))
+        with RunLock(args.run_dir, hint=BUSY_HINT):
+            _write_merged(args.run_dir, merged, folders, args.quiet)
+            _finalize_merged(args, folders[0].config, info, options)
+    except ValueError as err:
+        raise SystemExit(f"cannot merge {args.run_dir}: {err}") from None
     return 0
+
+
+def check_report_out(out: Path) -> Path:
+    """The report file ``out`` (from :func:`report_path`) when it and its folder can be written; one-line
+    ValueError naming ``--out`` otherwise. Nothing is created."""
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a folder; give a path ending in .md or a folder for report.md")
+    check_writable_root(out.parent, "--out")
+    return out
+
+
+def check_baseline(runs: list[RunFolder], baseline: str | None) -> None:
+    """``--baseline`` names a model of every run's records (checked before the report folder is locked)."""
+    models = sorted(set.intersection(*(set(r.records["model"]) for r in runs)))
+    if baseline is not None and baseline not in models:
+        raise ValueError(f"--baseline {baseline!r} is not a model of the records; choose one of {models}")
+
+
+def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[Path]:
+    written: list[Path] = []
+    if len(runs) == 1:
+        run = runs[0]
+        tables = write_tables(run.records, out.parent, meta=run.meta, cross=run.crosscheck)
+        if not args.quiet:
+            sys.stdout.write(tables["text"].read_text(encoding="utf-8"))
+        written += tables.values()
+    written.append(write_report(runs, out, baseline=args.baseline, figures=args.figures))
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,20 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [MERGE]:
         return merge_main(argv[1:])
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
+    _setup_logging(args.quiet)
     try:
         runs = [load_run(d) for d in args.run_dirs]
-        out = report_path(args.run_dirs, args.out)
-        written: list[Path] = []
-        if len(runs) == 1:
-            run = runs[0]
-            tables = write_tables(run.records, out.parent, meta=run.meta, cross=run.crosscheck)
-            if not args.quiet:
-                sys.stdout.write(tables["text"].read_text(encoding="utf-8"))
-            written += tables.values()
-        written.append(write_report(runs, out, baseline=args.baseline, figures=args.figures))
+        out = check_report_out(report_path(args.run_dirs, args.out))
+        check_baseline(runs, args.baseline)
+        with RunLock(out.parent, hint=BUSY_HINT):
+            written = _write_one_or_combined(runs, out, args)
     except ValueError as err:
         raise SystemExit(str(err)) from None
     sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")

@@ -27,6 +27,7 @@ from robustbench_wave.distributed import shard_bounds
 from robustbench_wave.evaluation import evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
 from robustbench_wave.evaluation.sharding import Shard, merge_results, shard_positions
+from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
 from tests.support.attack_models import ToyFrontEnd
 
@@ -253,15 +254,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_gloo_ranks_give_the_one_process_records(tiny: Path, tmp_path: Path, reference: bytes) -> None:
+def _torchrun(weights: Path, args: list[str], *launcher: str) -> subprocess.CompletedProcess[str]:
+    """This file as the attack CLI on two gloo ranks (``launcher``: more torchrun options)."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), WEIGHTS_ENV: str(tiny)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), WEIGHTS_ENV: str(weights)}
     cmd = [
         str(torchrun), "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(_free_port()), str(Path(__file__)),
-        *_args(tmp_path, tiny, "--n-diagnostics", "4", "--diagnostics-steps", "2"),
+        "--master_port", str(_free_port()), *launcher, str(Path(__file__)), *args,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_two_gloo_ranks_give_the_one_process_records(tiny: Path, tmp_path: Path, reference: bytes) -> None:
+    proc = _torchrun(tiny, _args(tmp_path, tiny, "--n-diagnostics", "4", "--diagnostics-steps", "2"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = _run_dir(tmp_path)
     assert (run / RECORDS_FILE).read_bytes() == reference
@@ -272,6 +277,17 @@ def test_two_gloo_ranks_give_the_one_process_records(tiny: Path, tmp_path: Path,
     assert sorted(p.name for p in (run / "shards").iterdir()) == ["0-of-2", "1-of-2"]  # each rank's chunks
     assert (run / "report.md").exists() and (run / "diagnostics.csv").exists()
     assert proc.stdout.count("verdict:") <= 1 and proc.stdout.count("report:") == 1  # finalized once
+
+
+def test_every_rank_stops_when_the_run_folder_is_locked(tiny: Path, tmp_path: Path) -> None:
+    """Rank 0 takes the lock; the other rank learns of the refusal from it instead of waiting in a collective
+    (torchrun, checking its ranks only every 5 s here, would otherwise end it, without its message)."""
+    run = _run_dir(tmp_path)
+    with RunLock(run):
+        proc = _torchrun(tiny, _args(tmp_path, tiny, "--no-diagnostics"), "--monitor-interval", "5")
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    assert proc.returncode != 0
+    assert proc.stderr.count(f"{run} is in use by another run") == 2, proc.stderr[-3000:]
 
 
 if __name__ == "__main__":  # a torchrun rank: the attack CLI with the tiny models

@@ -3,8 +3,9 @@
 A long evaluation is a sequence of chunks; each finished chunk's records (and cross-check records) are saved
 with a JSON marker written last, so a killed run resumes from the last complete chunk (AutoAttack saves its
 state for the same reason). The marker holds the configuration fingerprint (:func:`config_fingerprint`:
-suite, budgets, data, weights, seed, modes, back-ends); a chunk made under any other configuration is
-ignored, never mixed in.
+suite, budgets, data, weights, model specs, seed, modes, back-ends); a chunk made under any other
+configuration is ignored, never mixed in. A chunk whose files cannot be read (a truncated or hand-edited
+file) is treated as missing and computed again, with a warning naming the file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import json
 import logging
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,28 @@ def _safe(name: str) -> str:
 
 Chunk = tuple[pd.DataFrame, pd.DataFrame | None, list[dict[str, Any]]]  # records, cross-check, timing
 
+#: What reading a damaged chunk file raises (truncated or non-gzip data, a bad CSV, missing columns, bad JSON).
+UNREADABLE = (ValueError, OSError, EOFError, KeyError, zlib.error)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """A chunk's JSON marker, or None when it is missing or unreadable (a warning names the file)."""
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except UNREADABLE as err:
+        log.warning("recomputing chunk %s: its marker is unreadable (%s)", path, _one_line(err))
+        return None
+    if not isinstance(info, dict):
+        log.warning("recomputing chunk %s: its marker is not a JSON object", path)
+        return None
+    return info
+
 
 class ChunkCache:
     """Finished (model, attack, grad mode) chunks on disk, valid only for the same configuration."""
@@ -69,21 +93,29 @@ class ChunkCache:
         return self.dir / f"{_safe(model)}__{_safe(attack)}__{mode}"
 
     def load(self, model: str, attack: str, mode: str, need_cross: bool) -> Chunk | None:
-        """The saved chunk, or None when it is missing, incomplete, stale or lacks needed cross-checks."""
+        """The saved chunk, or None when it is missing, incomplete, stale, unreadable or lacks needed
+        cross-checks (the caller then computes it again)."""
         stem = self._stem(model, attack, mode)
-        info_path = stem.with_suffix(".json")
-        if not info_path.exists():
+        info = _read_marker(stem.with_suffix(".json"))
+        if info is None:
             return None
-        info = json.loads(info_path.read_text(encoding="utf-8"))
         if info.get("fingerprint") != self.fingerprint:
-            log.info("ignoring stale chunk %s (configuration changed)", info_path.name)
+            log.info("ignoring stale chunk %s (configuration changed)", stem.name)
             return None
         if need_cross and not info.get("crosscheck"):
             return None
-        records = rec.read_records(Path(f"{stem}.csv.gz"))
-        xpath = Path(f"{stem}.xcheck.csv.gz")
-        cross = rec.read_records(xpath) if xpath.exists() else None
-        return records, cross, info.get("timing", [])
+        path, xpath = Path(f"{stem}.csv.gz"), Path(f"{stem}.xcheck.csv.gz")
+        try:
+            records = rec.read_records(path)
+            cross = rec.read_records(xpath) if xpath.exists() else None
+        except UNREADABLE as err:
+            log.warning("recomputing chunk %s: a file of it is unreadable (%s)", path, _one_line(err))
+            return None
+        if need_cross and cross is None:
+            log.warning("recomputing chunk %s: its cross-check records %s are missing", path, xpath.name)
+            return None
+        timing = info.get("timing", [])
+        return records, cross, timing if isinstance(timing, list) else []
 
     def save(self, model: str, attack: str, mode: str, chunk: Chunk, crosscheck: bool) -> None:
         records, cross, timing = chunk

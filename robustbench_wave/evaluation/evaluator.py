@@ -19,7 +19,7 @@ How the numbers are made honest (Croce & Hein 2020; Carlini et al. 2019; Athalye
 * Budget audit on every returned point (``attacks.budget.audit``); predictions are recomputed here.
 * Per-example randomness: results do not depend on ``batch_size`` (:mod:`execute`).
 * Resume: with ``cache_dir`` every finished (model, attack, grad mode) chunk is saved and reused when the
-  configuration (suite, data, weights, seed, modes, backend) is unchanged (:mod:`chunks`).
+  configuration (suite, data, weights, model specs, seed, modes, backend) is unchanged (:mod:`chunks`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +137,10 @@ def _fingerprint(
     model: nn.Module,
     surrogate: nn.Module | None,
     modes: list[str],
+    specs: Mapping[str, str] | None = None,
 ) -> str:
-    """Identity of everything a chunk's records depend on (a resumed chunk must match it)."""
+    """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs`` only
+    when given, so the fingerprints of callers without them stay what they were."""
     suite = {k: v for k, v in plan.suite.to_dict().items() if k not in ("description", "source")}
     return config_fingerprint(
         {
@@ -153,18 +155,26 @@ def _fingerprint(
             "modes": modes,
             "dataset": settings.dataset,
         }
+        | ({"specs": dict(specs)} if specs else {})
     )
 
 
 @contextmanager
-def _attack_context(model: nn.Module, surrogate: nn.Module | None, seed: int) -> Iterator[RunContext]:
-    """Target and surrogate in attack mode (restored on exit); the surrogate always with exact gradients."""
+def _attack_context(
+    model: nn.Module, surrogate: nn.Module | None, seed: int, num_classes: int | None
+) -> Iterator[RunContext]:
+    """Target and surrogate in attack mode (restored on exit); the surrogate always with exact gradients.
+    ``num_classes`` (the data set's, when known) is what targeted attacks aim at."""
     with ExitStack() as stack:
         stack.enter_context(attack_mode(model))
         if surrogate is not None:
             stack.enter_context(attack_mode(surrogate))
             stack.enter_context(grad_mode(surrogate, GradMode.EXACT.value))
-        yield RunContext(seed=seed, surrogate=GradSafe(surrogate) if surrogate is not None else None)
+        yield RunContext(
+            seed=seed,
+            surrogate=GradSafe(surrogate) if surrogate is not None else None,
+            num_classes=num_classes,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -337,7 +347,7 @@ def _chunk(
     name = run.settings.model_name
     backend = plan.backends[entry.name]
     cross = (
-        [b for b in entry.spec.backends if b != backend]
+        [b for b in entry.able_backends() if b != backend]
         if run.settings.cross_check and entry.spec.grad_dependent
         else []
     )
@@ -404,6 +414,7 @@ def evaluate(
     example_ids: Sequence[int] | torch.Tensor | None = None,
     device: str | torch.device | None = None,
     extra_meta: dict[str, Any] | None = None,
+    specs: Mapping[str, str] | None = None,
 ) -> EvaluationResult:
     """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records.
 
@@ -411,6 +422,8 @@ def evaluate(
     'torchattacks', 'foolbox') overrides the family defaults where the family supports it (PGD defaults to
     'builtin', FGSM/APGD/Square to 'torchattacks'); ``cross_check`` runs every other backend of each
     gradient attack on the same points (results in ``crosscheck_records``, never in the worst case).
+    ``specs`` (e.g. the hashes of the zoo specs that built ``model`` and ``surrogate``) identify what the
+    weights alone do not: a cached chunk made under other specs is never resumed.
     """
     t_start = time.perf_counter()
     suite = load_suite(suite)
@@ -422,9 +435,9 @@ def evaluate(
     modes = resolve_grad_modes(model, grad_modes)
     dev = _check_device(model, device)
     plan = Plan.make(suite, dataset, backend, surrogate is not None, data[0])
-    fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes)
+    fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
-    with _attack_context(model, surrogate, seed) as ctx:
+    with _attack_context(model, surrogate, seed, getattr(dataset, "num_classes", None)) as ctx:
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev)
         chunks, resumed = _attack_all(run, plan, cache)
     model_run = ModelRun(

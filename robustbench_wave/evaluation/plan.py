@@ -3,7 +3,8 @@
 :class:`EvalSettings` replaces the score of loose values the engine used to carry through its functions;
 :class:`Plan` resolves the suite for a data set once (budgets per threat and per attack, back-ends, the
 attacks that cannot run and why), so the loop, the chunk fingerprint and ``meta.json`` all read the same
-decisions.
+decisions. :func:`check_budgets` is the part of that resolution a caller can run before it has any images
+(the attack command, before it writes anything).
 """
 
 from __future__ import annotations
@@ -41,6 +42,27 @@ class EvalSettings:
             raise ValueError("batch_size must be >= 1")
 
 
+def check_budgets(suite: Suite, dataset: Any, shape: tuple[int, ...]) -> dict[str, list[float]]:
+    """The budgets per threat the suite uses for ``dataset``, checked for images of ``shape`` (C, H, W).
+
+    No two images in [0,1]^(C*H*W) lie further apart than its diameter sqrt(C*H*W), so a larger L2 budget
+    cannot bind and is a typo (8 for 8/255); the command line calls this before it writes anything.
+    """
+    threat_eps = suite.resolved_eps(dataset)
+    diameter = math.sqrt(math.prod(shape))
+    for entry in suite.attacks:
+        if entry.threat != Threat.L2.value:
+            continue
+        too_big = [e for e in suite.entry_eps(entry, dataset) if e > diameter]
+        if too_big:
+            raise ValueError(
+                f"attack entry {entry.name!r} of suite {suite.name!r}: L2 budget eps = {too_big[0]:g} exceeds "
+                f"sqrt(C*H*W) = {diameter:.4g}, the largest distance between {'x'.join(map(str, shape))} "
+                f"images in [0,1]; lower it in {suite.source or 'the suite'}"
+            )
+    return threat_eps
+
+
 @dataclass(frozen=True)
 class Plan:
     """What will run: the suite's entries with their back-ends and budgets, and what is skipped and why."""
@@ -58,13 +80,7 @@ class Plan:
         cls, suite: Suite, dataset: Any, backend: str, has_surrogate: bool, images: torch.Tensor
     ) -> Plan:
         """Resolve ``suite`` for ``dataset``; transfer attacks are skipped (and said so) without a surrogate."""
-        threat_eps = suite.resolved_eps(dataset)
-        max_l2 = math.sqrt(images[0].numel())
-        l2 = threat_eps.get(Threat.L2.value, [])
-        if any(e > max_l2 for e in l2):
-            raise ValueError(
-                f"L2 budgets {l2} exceed the largest possible distance sqrt(C*H*W) = {max_l2:.3g}"
-            )
+        threat_eps = check_budgets(suite, dataset, tuple(images.shape[1:]))
         skipped: dict[str, str] = {}
         entries = []
         for e in suite.attacks[1:]:

@@ -5,14 +5,19 @@ reads. :func:`build_records` is the only code that turns attack outcomes into ro
 and the meaning of a skipped point (``attacked=False, correct=False``, no prediction) live in one place. A run
 folder holds ``records.csv.gz`` (gzip with a fixed timestamp, so identical records give identical bytes),
 ``meta.json`` (provenance, suite, seeds, timing) and, with ``--cross-check``, ``crosscheck_records.csv.gz``
-(the same schema, one row per point attacked by a second backend).
+(the same schema, one row per point attacked by a second backend). ``meta.json`` records the sha256 and row
+count of each records file (:func:`file_digest`), so readers can refuse an edited or partial one
+(:func:`check_digest`); the readers turn any damaged file into a one-line ValueError naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
+import io
 import json
+import zlib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -26,6 +31,14 @@ from robustbench_wave.io import atomic_write_bytes, atomic_write_json
 RECORDS_FILE = "records.csv.gz"
 CROSSCHECK_FILE = "crosscheck_records.csv.gz"
 META_FILE = "meta.json"
+#: The attack command's run configuration (``robustbench_wave.attack.CONFIG_JSON``), which ``meta.json``
+#: repeats under ``run.config``; readers compare the two to spot records left by another configuration.
+CONFIG_FILE = "config.json"
+#: Keys of ``meta.json`` holding ``{"sha256", "rows"}`` of records.csv.gz and crosscheck_records.csv.gz.
+META_RECORDS = "records"
+META_CROSSCHECK = "crosscheck"
+#: What to do about damaged or partial records.
+RERUN = "re-run the attack command (it resumes)"
 SCHEMA_VERSION = 1
 
 DTYPES: dict[str, str] = {
@@ -160,19 +173,77 @@ def write_records(df: pd.DataFrame, path: str | Path) -> Path:
 
 
 def read_records(path: str | Path) -> pd.DataFrame:
+    """The records of a ``.csv(.gz)`` file; a missing, truncated, non-gzip or non-records file (wrong columns,
+    unparsable values) is a one-line ValueError naming the file, never a parser's traceback."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"no records at {path}; run python -m robustbench_wave.attack first")
+    try:
+        return _parse_records(path)
+    except _UNREADABLE as err:
+        why = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(
+            f"{path} is not a readable records file ({why}); re-run the attack command to rewrite it"
+        ) from None
+
+
+#: What a damaged records file raises while it is read (gzip: BadGzipFile is an OSError; EOFError when
+#: truncated; zlib.error when corrupt; pandas: ParserError and EmptyDataError are ValueErrors).
+_UNREADABLE = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, TypeError)
+
+
+def _parse_records(path: Path) -> pd.DataFrame:
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
     df = pd.read_csv(
-        path,
-        compression="gzip" if path.suffix == ".gz" else None,
+        io.StringIO(text),
         keep_default_na=False,
         na_values=[""],
         dtype={c: ("object" if t in ("string", "bool", "boolean") else None) for c, t in DTYPES.items()},
     )
+    if list(df.columns) != COLUMNS:
+        missing = [c for c in COLUMNS if c not in df.columns]
+        extra = [c for c in df.columns if c not in DTYPES]
+        raise ValueError(f"columns differ from the records schema: missing {missing}, unexpected {extra}")
+    for col in ("example_id", "label", "pred"):
+        values = df[col].dropna()
+        if values.dtype.kind == "f" and len(values) and not (values % 1 == 0).all():
+            raise ValueError(f"column {col} holds {values[values % 1 != 0].iloc[0]!r}, not a whole number")
     for col in ("correct", "attacked", "correct_last"):
-        df[col] = df[col].map({"True": True, "False": False, True: True, False: False}, na_action="ignore")
+        flags = df[col].map(_FLAGS, na_action="ignore")
+        bad = df[col][flags.isna() & (df[col].notna() if col == "correct_last" else True)]
+        if len(bad):
+            raise ValueError(
+                f"column {col} holds {bad.iloc[0]!r} in data row {bad.index[0] + 1}, not True/False"
+            )
+        df[col] = flags
     return coerce(df)
+
+
+_FLAGS = {"True": True, "False": False, True: True, False: False}
+
+
+def file_sha256(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def file_digest(path: str | Path, rows: int) -> dict[str, Any]:
+    """What ``meta.json`` records about a records file it describes (:data:`META_RECORDS`)."""
+    return {"sha256": file_sha256(path), "rows": int(rows)}
+
+
+def check_digest(path: Path, digest: Any, rows: int | None) -> None:
+    """``path`` holds ``rows`` rows (None: no file) and the bytes whose :func:`file_digest` is ``digest``;
+    else a one-line ValueError: the file was edited, or written by an interrupted run."""
+    expected = digest.get("rows") if isinstance(digest, dict) else None
+    same_hash = rows is not None and isinstance(digest, dict) and file_sha256(path) == digest.get("sha256")
+    if rows != expected or not same_hash:
+        got = "no file" if rows is None else f"{rows} rows"
+        raise ValueError(
+            f"{path} does not match {META_FILE} ({got}, expected {expected}; sha256 "
+            f"{'matches' if same_hash else 'differs'}): the file was modified or the run was interrupted; {RERUN}"
+        )
 
 
 def write_meta(meta: dict[str, Any], path: str | Path) -> Path:
@@ -180,16 +251,38 @@ def write_meta(meta: dict[str, Any], path: str | Path) -> Path:
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
+    """A JSON object file (``meta.json``, ``config.json``); {} when missing. Invalid JSON or anything but an
+    object is a one-line ValueError naming the file."""
     path = Path(path)
     if not path.exists():
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err.msg} at line {err.lineno}); restore it or re-run the command "
+            "that wrote it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        why = " ".join(str(err).split())
+        raise ValueError(
+            f"{path} cannot be read ({why}); restore it or re-run the command that wrote it"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(value).__name__}, not an object; restore it or re-run the command "
+            "that wrote it"
+        )
+    return value
 
 
 def read_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None]:
-    """(records, meta, cross-check records or None) of a saved run folder."""
+    """(records, meta, cross-check records or None) of a saved run folder; ValueError naming the file when
+    records or meta.json are missing or unreadable."""
     run_dir = Path(run_dir)
     records = read_records(run_dir / RECORDS_FILE)
+    if not (run_dir / META_FILE).exists():
+        raise ValueError(f"{run_dir / META_FILE} is missing (the records have no provenance); {RERUN}")
     meta = read_meta(run_dir / META_FILE)
     xpath = run_dir / CROSSCHECK_FILE
     return records, meta, (read_records(xpath) if xpath.exists() else None)

@@ -61,12 +61,21 @@ class EvaluationResult:
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write records.csv.gz, meta.json and, after a cross-check, crosscheck_records.csv.gz into ``out_dir``
-        (the tables: ``reporting.tables.write_tables``)."""
+        (the tables: ``reporting.tables.write_tables``).
+
+        ``meta`` gains ``records`` (and ``crosscheck``): the sha256 and row count of the file written, so a
+        reader can tell an edited or partial file from the one this run wrote. meta.json is written last.
+        """
         out_dir = Path(out_dir)
         paths = {"records": rec.write_records(self.records, out_dir / rec.RECORDS_FILE)}
+        self.meta[rec.META_RECORDS] = rec.file_digest(paths["records"], len(self.records))
+        self.meta.pop(rec.META_CROSSCHECK, None)
         if self.crosscheck_records is not None and len(self.crosscheck_records):
             paths["crosscheck_records"] = rec.write_records(
                 self.crosscheck_records, out_dir / rec.CROSSCHECK_FILE
+            )
+            self.meta[rec.META_CROSSCHECK] = rec.file_digest(
+                paths["crosscheck_records"], len(self.crosscheck_records)
             )
         paths["meta"] = rec.write_meta(self.meta, out_dir / rec.META_FILE)
         return paths
@@ -82,6 +91,8 @@ class EvaluationResult:
         if not results:
             raise ValueError("nothing to merge")
         meta = copy.deepcopy(results[0].meta)
+        for key in (rec.META_RECORDS, rec.META_CROSSCHECK):  # describe the first result's files, not these
+            meta.pop(key, None)
         for r in results[1:]:
             meta.setdefault("models", {}).update(copy.deepcopy(r.meta.get("models", {})))
         cross = [r.crosscheck_records for r in results if r.crosscheck_records is not None]

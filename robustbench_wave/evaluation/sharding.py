@@ -180,6 +180,8 @@ def merge_meta(
     """One run's ``meta.json`` from its shards': run-wide counts, summed timing, and a ``sharding`` entry
     listing every shard's examples and chunk fingerprint."""
     meta = copy.deepcopy(metas[0])
+    for key in (rec.META_RECORDS, rec.META_CROSSCHECK):  # shard 0's files; the run's are recorded on save
+        meta.pop(key, None)
     ids = [int(i) for i in example_ids]
     meta["n_examples"] = len(ids)
     meta["example_ids"] = {"first": ids[0] if ids else None, "last": ids[-1] if ids else None}
@@ -282,7 +284,38 @@ def find_shard_folders(run_dir: str | Path) -> list[ShardFolder]:
             f"{root / Shard(missing[0], count).label / rec.RECORDS_FILE}): run the attack command with "
             f"--shard {missing[0]}/{count}"
         )
-    return [ShardFolder(s, p, EvaluationResult.load(p)) for s, p in sorted(found, key=lambda f: f[0].index)]
+    return [_load_shard(s, p) for s, p in sorted(found, key=lambda f: f[0].index)]
+
+
+def _load_shard(shard: Shard, path: Path) -> ShardFolder:
+    """A shard job's folder, its records checked against the digest its meta.json recorded, and the fields
+    the merge reads from its meta.json checked; a one-line ValueError naming the file and field otherwise."""
+    folder = ShardFolder(shard, path, EvaluationResult.load(path))
+    meta = folder.result.meta
+    cross = folder.result.crosscheck_records
+    if rec.META_RECORDS in meta:
+        rec.check_digest(path / rec.RECORDS_FILE, meta[rec.META_RECORDS], len(folder.result.records))
+    if rec.META_CROSSCHECK in meta:
+        rec.check_digest(
+            path / rec.CROSSCHECK_FILE, meta[rec.META_CROSSCHECK], None if cross is None else len(cross)
+        )
+    config = rec.read_meta(path / rec.CONFIG_FILE)
+    if config and config != folder.config:
+        raise ValueError(
+            f"{path} holds records of another configuration than its {rec.CONFIG_FILE} (an interrupted run); "
+            "re-run the attack command for this shard"
+        )
+    info, where = folder.info, path / rec.META_FILE
+    for name in ("index", "count", "run_n_examples"):
+        value = info.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"{where}: field shard.{name} = {value!r} is not a whole number; re-run the shard"
+            )
+    ids = info.get("example_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError(f"{where}: field shard.example_ids is not a list of example ids; re-run the shard")
+    return folder
 
 
 def _check_same_run(folders: Sequence[ShardFolder]) -> None:
@@ -295,6 +328,8 @@ def _check_same_run(folders: Sequence[ShardFolder]) -> None:
             )
     for f in folders[1:]:
         keys = sorted(k for k in set(first.config) | set(f.config) if first.config.get(k) != f.config.get(k))
+        if set(first.result.meta.get("models") or {}) != set(f.result.meta.get("models") or {}):
+            keys.append("models")
         for field_name in ("run_n_examples", "run_data_sha256"):
             if first.info.get(field_name) != f.info.get(field_name):
                 keys.append(field_name)

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, WORST_MODE, summarize
 from robustbench_wave.io import atomic_write
 from robustbench_wave.models.frontend import GradMode
-from robustbench_wave.reporting.runs import RunFolder, combined_energy
+from robustbench_wave.reporting.runs import FIGURES_DIR, RunFolder, combined_energy
 from robustbench_wave.reporting.tables import seed_summary
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,6 @@ MODE_STYLE = {
     GradMode.BPDA.value: "--",
     WORST_MODE: "-.",
 }
-FIGURES_DIR = "figures"
 CAPTIONS = {
     "accuracy": "Worst-case robust accuracy against ε",
     "loss": "PGD loss per step (diagnostics subset)",

@@ -9,7 +9,6 @@ readers agree without importing each other.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +16,17 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.evaluation.records import read_meta, read_run
+from robustbench_wave.reporting.completeness import check_run
 
 ENERGY_FILE = "energy.csv"
 DIAGNOSTICS_CSV = "diagnostics.csv"
 DIAGNOSTICS_JSON = "diagnostics.json"
 VERDICT_JSON = "verdict.json"
 REPORT_FILE = "report.md"
+FIGURES_DIR = "figures"
+#: Everything the report step writes into a run folder besides the tables (``tables.TABLE_FILES``).
+REPORT_OUTPUT_FILES = (ENERGY_FILE, DIAGNOSTICS_CSV, DIAGNOSTICS_JSON, VERDICT_JSON, REPORT_FILE)
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,24 @@ class RunFolder:
 
 
 def load_run(run_dir: str | Path) -> RunFolder:
-    """Read a run folder; raises ValueError (from the records reader) when it holds no records."""
+    """Read a run folder, refusing (one-line ValueError naming the file) records that are missing, unreadable,
+    edited, partial or of another configuration than its config.json (:func:`completeness.check_run`)."""
     run_dir = Path(run_dir)
     records, meta, cross = read_run(run_dir)
-    diag_path = run_dir / DIAGNOSTICS_JSON
-    diagnostics = json.loads(diag_path.read_text("utf-8")).get("models", []) if diag_path.exists() else []
+    check_run(run_dir, records, meta, cross)
+    diagnostics = read_meta(run_dir / DIAGNOSTICS_JSON).get("models", [])
     energy_path = run_dir / ENERGY_FILE
-    energy = pd.read_csv(energy_path) if energy_path.exists() else pd.DataFrame()
-    return RunFolder(run_dir, records, meta, cross, diagnostics, energy)
+    return RunFolder(run_dir, records, meta, cross, diagnostics, _read_energy(energy_path))
+
+
+def _read_energy(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        return pd.DataFrame()
+    try:
+        return pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        why = " ".join(str(err).split())
+        raise ValueError(f"{path} cannot be read ({why}); delete it or re-run the attack command") from None
 
 
 def combined_energy(runs: Sequence[RunFolder]) -> pd.DataFrame:

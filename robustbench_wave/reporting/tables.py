@@ -27,6 +27,15 @@ import pandas as pd
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, backend_agreement, summarize
 from robustbench_wave.io import atomic_write_text
 
+#: The files :func:`write_tables` writes, by the key of the paths it returns.
+TABLE_FILES = {
+    "summary": "summary.csv",
+    "table": "table.csv",
+    "latex": "table.tex",
+    "latex_worst": "table_worst.tex",
+    "text": "table.txt",
+    "crosscheck": "crosscheck.csv",
+}
 ROW_KEYS = ["model", "grad_mode"]
 COL_KEYS = ["threat", "attack", "eps"]
 LATEX_THREAT = {
@@ -220,18 +229,19 @@ def write_tables(
         worst_case_summary(summary), caption=f"{title}; worst case", label="tab:robustness-worst"
     )
     texts = {
-        "summary": ("summary.csv", _csv_text(summary, index=False)),
-        "table": ("table.csv", _csv_text(comparison_table(summary), index=True)),
-        "latex": ("table.tex", to_latex(summary, caption=title)),
-        "latex_worst": ("table_worst.tex", worst),
-        "text": ("table.txt", render_terminal(summary, title=title)),
+        "summary": _csv_text(summary, index=False),
+        "table": _csv_text(comparison_table(summary), index=True),
+        "latex": to_latex(summary, caption=title),
+        "latex_worst": worst,
+        "text": render_terminal(summary, title=title),
     }
     if cross is not None and len(cross):
-        texts["crosscheck"] = ("crosscheck.csv", _csv_text(backend_agreement(records, cross), index=False))
-    return {key: atomic_write_text(out_dir / name, text) for key, (name, text) in texts.items()}
+        texts["crosscheck"] = _csv_text(backend_agreement(records, cross), index=False)
+    return {key: atomic_write_text(out_dir / TABLE_FILES[key], text) for key, text in texts.items()}
 
 
 __all__ = [
+    "TABLE_FILES",
     "by_column",
     "comparison_table",
     "format_eps",
