@@ -36,6 +36,7 @@ from tests.support.masking_models import (
     Info,
     QuadrantLinear,
     QuantizedQuadrant,
+    SaturatedQuadrant,
     attack_rows,
     clean_rows,
     masked_front_end_model,
@@ -61,11 +62,14 @@ def honest_report(data):
     return run_diagnostics(QuadrantLinear().eval(), x, y, None, info=Info(), model_name="honest", **FAST)
 
 
+NO_SQUARE = {**FAST, "square_queries": 0}  # planted masking must be caught without any black-box attack
+
+
 @pytest.fixture(scope="module")
 def quantized_report(data):
     x, y = data
     return run_diagnostics(
-        QuantizedQuadrant().eval(), x, y, None, info=Info(), model_name="quantized", **FAST
+        QuantizedQuadrant().eval(), x, y, None, info=Info(), model_name="quantized", **NO_SQUARE
     )
 
 
@@ -89,6 +93,8 @@ def test_every_registered_check_fires_and_passes(name):
     assert honest.passed is True, honest
     assert fired.meaning != honest.meaning  # the text says what differs
     assert (fired.grad_mode, honest.grad_mode) == (case.fire_mode, case.honest_mode)
+    for planted in case.also_fire:
+        assert check.run(planted(), case.fire_mode).passed is False
 
 
 def test_no_case_without_a_check():
@@ -168,18 +174,36 @@ def test_honest_model_is_reliable(honest_report):
 
 
 def test_input_quantizer_is_flagged(quantized_report):
+    """Caught by white-box-side checks alone: the diagnostics ran no black-box attack at all, so the verdict
+    cannot depend on Square's query budget."""
     checks = _by_name(quantized_report)
+    assert "square_linf" not in set(quantized_report.subset_records["attack"])
     assert quantized_report.status.startswith("suspicious")
     health = checks["gradient_health"]
     assert health.passed is False and health.numbers["zero_grad_share"] == 1.0
-    assert checks["whitebox_beats_blackbox"].passed is False  # Square breaks what PGD cannot
-    assert checks["gradient_mode_gap"].passed is False  # robust only to gradient attacks
+    assert health.numbers["ce_vanishing_share"] == 0.0  # zero gradients are the other problem
     assert checks["large_eps_to_chance"].passed is False  # even Linf 0.5 leaves it above chance
     conv = checks["attack_convergence"]
     assert conv.passed is False and "never rose" in conv.meaning
     assert checks["deterministic"].passed is True  # masking, not randomness
-    for name in ("gradient_health", "whitebox_beats_blackbox", "gradient_mode_gap"):
+    for name in ("gradient_health", "large_eps_to_chance", "attack_convergence"):
         assert name in quantized_report.status
+
+
+def test_saturated_logits_fail_gradient_health(data):
+    """Logits x 1e4: the CE gradient underflows on every point, the margin gradient does not. Today's note
+    is now a failure whose advice is a margin/DLR loss -- without any black-box attack."""
+    x, y = data
+    report = run_diagnostics(
+        SaturatedQuadrant().eval(), x, y, None, info=Info(), model_name="saturated", **NO_SQUARE
+    )
+    health = _by_name(report)["gradient_health"]
+    assert health.passed is False, health
+    assert health.numbers["zero_grad_share"] == 0.0 and health.numbers["ce_vanishing_share"] == 1.0
+    assert 'loss = "dlr"' in health.meaning and "APGD-T" in health.meaning
+    assert "gradient_health" in report.status
+    honest = get_check("gradient_health")().run(CheckInputs(model=QuadrantLinear().eval(), x=x, y=y), "exact")
+    assert honest.numbers["ce_vanishing_share"] == 0.0 and "dlr" not in honest.meaning
 
 
 def test_gradient_modes_separate_masked_from_bpda(front_end_report):
@@ -233,13 +257,15 @@ def test_record_check_numbers():
     """The numbers behind the planted cases: violations / compared, the rise, the gap share."""
     iterative = get_check("iterative_beats_single_step")()
     fired = iterative.run(CHECK_CASES["iterative_beats_single_step"].fire(), "exact")
-    assert fired.numbers["Linf@0.1"] == "2/10" and fired.numbers["worst_share"] == pytest.approx(0.2)
-    assert fired.numbers["source"] == "records"
+    assert fired.numbers["Linf@0.1"] == "8/20 (reverse 0, p=0.0039)"  # 2^-8
+    assert fired.numbers["worst_share"] == pytest.approx(0.4) and fired.numbers["alpha"] == 0.01
+    assert fired.numbers["source"] == "records" and fired.numbers["fired_at"] == "Linf@0.1"
     rise = get_check("eps_monotone")().run(CHECK_CASES["eps_monotone"].fire(), "exact")
     assert rise.numbers["max_rise"] == pytest.approx(0.3)
     gap = get_check("gradient_mode_gap")().run(CHECK_CASES["gradient_mode_gap"].fire(), "blocked")
     assert gap.numbers["worst_gap_share"] == pytest.approx(0.7)
-    assert gap.numbers["Linf@0.1"] == "blocked 0.800 vs others 0.100, gap 7/10"  # BPDA holds only example 0
+    # BPDA holds only examples 0-1, blocked PGD holds 0-15: 14 of 20 points, none the other way (p = 2^-14)
+    assert gap.numbers["Linf@0.1"] == "blocked 0.800 vs others 0.100, gap 14/20 (reverse 0, p=6.1e-05)"
     last = get_check("best_vs_last_iterate")().run(CHECK_CASES["best_vs_last_iterate"].honest(), "exact")
     assert last.numbers["silent_successes"] == 3 and last.numbers["uncounted_last_iterate_successes"] == 0
 

@@ -10,12 +10,17 @@ import pandas as pd
 import pytest
 
 from robustbench_wave.analysis.verdict import (
+    CLEAN_FLOOR_SHARE,
+    INCONCLUSIVE,
     MASKING,
+    MAX_DIFF_CI_WIDTH,
     NOT_ROBUST,
     ROBUST,
     VerdictSettings,
     categorize,
     claim_numbers,
+    clean_floor,
+    paired_worst_case,
     verdict,
 )
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
@@ -50,26 +55,57 @@ def test_claim_numbers_per_mode_and_worst_case():
     assert nums.loc["patch", "modes"] == "exact"
 
 
+def _judge(records: pd.DataFrame, cand: str, base: str, settings: VerdictSettings | None = None) -> dict:
+    rows = _rows(records)
+    paired = paired_worst_case(records, cand, base, "Linf", 0.1)
+    return categorize(
+        rows[cand], rows[base], chance=CHANCE, settings=settings or VerdictSettings(), paired=paired
+    )
+
+
 def test_categories_follow_the_numbers():
-    """Masking = blocked minus worst case >= gap_tol; robust = worst case clearly above the baseline's."""
-    settings = VerdictSettings()
-    rows = _rows(_run())
-    masked = categorize(rows["wavelet"], rows["patch"], chance=CHANCE, settings=settings)
+    """Masking = blocked minus worst case >= gap_tol; robust = the paired test puts the candidate's worst
+    case significantly above the baseline's on the same examples."""
+    masked = _judge(_run(), "wavelet", "patch")
     assert masked["gap"] == pytest.approx(0.87) and masked["masking"] is True
     assert masked["above_baseline"] is False and masked["diff"] == pytest.approx(-0.01)
-    assert masked["category"] == MASKING
+    # nested robust sets: the baseline's 4 robust examples hold the candidate's 3 -- one discordant pair
+    assert masked["discordant"] == {"only_candidate": 0, "only_baseline": 1} and masked["p_value"] == 1.0
+    assert masked["category"] == MASKING and masked["comparison"] == "decided"
 
     robust = masking_spec(blocked=60, exact=60, bpda=60, square=60, transfer=60)
-    rows = _rows(pd.concat([synthetic_records("w", robust), synthetic_records("p", baseline_spec(pgd=5))]))
-    cat = categorize(rows["w"], rows["p"], chance=CHANCE, settings=settings)
+    records = pd.concat([synthetic_records("w", robust), synthetic_records("p", baseline_spec(pgd=5))])
+    cat = _judge(records, "w", "p")
     assert cat["gap"] == pytest.approx(0.0) and cat["above_baseline"] is True and cat["category"] == ROBUST
+    assert cat["p_value"] == pytest.approx(2 * 2.0**-55)  # 55 discordant pairs, all the candidate's
 
     honest = masking_spec(blocked=6, exact=5, bpda=5, square=40, transfer=20)
-    rows = _rows(pd.concat([synthetic_records("w", honest), synthetic_records("p", baseline_spec())]))
-    cat = categorize(rows["w"], rows["p"], chance=CHANCE, settings=settings)
+    records = pd.concat([synthetic_records("w", honest), synthetic_records("p", baseline_spec())])
+    cat = _judge(records, "w", "p")
     assert cat["gap"] == pytest.approx(0.01) and cat["masking"] is False and cat["category"] == NOT_ROBUST
+    lo, hi = cat["diff_ci"]
+    assert lo < 0.01 < hi and hi - lo <= MAX_DIFF_CI_WIDTH  # narrow: "no more robust" is decided
     # a looser tolerance turns the same numbers into masking
-    assert categorize(rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(gap_tol=0.005))["masking"]
+    assert _judge(records, "w", "p", VerdictSettings(gap_tol=0.005))["masking"]
+    with_no_pairs = categorize(
+        _rows(records)["w"], _rows(records)["p"], chance=CHANCE, settings=VerdictSettings()
+    )
+    assert (
+        with_no_pairs["category"] == INCONCLUSIVE and "same examples" in with_no_pairs["inconclusive_reason"]
+    )
+
+
+def test_paired_test_sees_what_overlapping_wilson_intervals_miss():
+    """30% vs 15% of 100, the baseline's robust examples a subset of the candidate's: the two Wilson
+    intervals overlap ([21.9, 39.6] and [9.3, 23.3]), so the old rule said "not robust"; the 15 discordant
+    pairs all go one way (McNemar p = 2^-14)."""
+    cand = masking_spec(blocked=30, exact=30, bpda=30, square=30, transfer=30)
+    records = pd.concat([synthetic_records("w", cand), synthetic_records("p", baseline_spec(pgd=15))])
+    cat = _judge(records, "w", "p")
+    assert cat["category"] == ROBUST and cat["p_value"] == pytest.approx(2.0**-14)
+    v = verdict(records, num_classes=4, threats=("Linf",))
+    assert v.categories == {"w@Linf": ROBUST}
+    assert "paired on 100 examples: difference +15.0 points" in v.text and "McNemar p = 6.1e-05" in v.text
 
 
 def test_masking_verdict_renders_the_numbers():
@@ -175,3 +211,98 @@ def test_verdict_is_judged_at_the_reference_eps():
     assert list(v.categories) == ["w@Linf"]  # no L2 rows: nothing to judge there
     assert v.details["w@Linf"]["masking_eps"] == [0.05, 0.1]
     assert "Across the Linf grid (ε = 0.05, 0.1)" in v.text
+
+
+# ------------------------------------------------------------------------------- no verdict at this scale
+def _near_chance(model: str, spec: dict, clean: int, n: int = 100) -> pd.DataFrame:
+    """``synthetic_records`` whose model classifies only the first ``clean`` examples right."""
+    records = synthetic_records(model, spec, n=n)
+    wrong = (records["kind"] == "clean") & (records["example_id"] >= clean)
+    records.loc[wrong, "correct"] = False
+    return records
+
+
+def test_clean_floor_is_well_above_chance():
+    assert clean_floor(10) == pytest.approx(0.40) and clean_floor(4) == pytest.approx(0.50)
+    assert clean_floor(10) == pytest.approx(0.1 + CLEAN_FLOOR_SHARE * 0.9)
+    with pytest.raises(ValueError, match="num_classes"):
+        clean_floor(1)
+
+
+def test_near_chance_model_gets_no_verdict():
+    """A new user's CIFAR-10 try: 12% clean accuracy for 10 classes. The numbers would say 'not supported';
+    the verdict says inconclusive and why."""
+    records = pd.concat(
+        [
+            _near_chance("w", masking_spec(blocked=5, exact=5, bpda=5, square=5, transfer=5), clean=12),
+            _near_chance("p", baseline_spec(pgd=4, square=4), clean=12),
+        ],
+        ignore_index=True,
+    )
+    v = verdict(records, num_classes=10, threats=("Linf",))
+    assert v.numbers.set_index("model").loc["w", "clean"] == pytest.approx(0.12)
+    assert v.categories == {"w@Linf": INCONCLUSIVE}
+    reason = v.details["w@Linf"]["inconclusive_reason"]
+    assert "candidate w's clean accuracy 12.0% is below the floor of 40.0%" in reason
+    assert "baseline p's clean accuracy 12.0%" in reason
+    assert v.headline.startswith("inconclusive at this scale") and "not supported" not in v.headline
+    assert "inconclusive at this scale — the candidate w's clean accuracy" in v.text
+    # the same records judged as a 4-class problem (floor 50%) or with a lower floor are still refused /
+    # judged: the floor is a setting
+    lenient = verdict(
+        records, num_classes=10, threats=("Linf",), settings=VerdictSettings(clean_floor_share=0.0)
+    )
+    assert lenient.categories == {"w@Linf": NOT_ROBUST}
+
+
+def test_wide_interval_is_inconclusive_narrow_one_decides():
+    """30% vs 20% on 20 examples: not significant and the interval is ~45 points wide -> inconclusive;
+    the same rates on 1000 nested examples -> significant."""
+
+    def run(n: int, cand: int, base: int) -> pd.DataFrame:
+        spec = masking_spec(blocked=cand, exact=cand, bpda=cand, square=cand, transfer=cand)
+        base_spec = baseline_spec(base, base)
+        for d in (spec, base_spec):  # noise holds every example, however many
+            d.update({key: n for key in d if key[1] == "noise_sign"})
+        return pd.concat([synthetic_records("w", spec, n=n), synthetic_records("p", base_spec, n=n)])
+
+    small = verdict(run(20, 6, 4), num_classes=4, threats=("Linf",))
+    d = small.details["w@Linf"]
+    assert small.categories == {"w@Linf": INCONCLUSIVE}
+    assert d["diff_ci"][1] - d["diff_ci"][0] > MAX_DIFF_CI_WIDTH and d["p_value"] == 0.5
+    assert (
+        "attack more examples" in d["inconclusive_reason"] and "inconclusive at this scale" in small.headline
+    )
+    assert verdict(run(1000, 300, 200), num_classes=4, threats=("Linf",)).categories == {"w@Linf": ROBUST}
+    # masking stands on its own; only the comparison with the baseline is left open
+    masked = verdict(
+        pd.concat(
+            [
+                synthetic_records("w", masking_spec(blocked=18, exact=2, bpda=2, square=8, transfer=4), n=20),
+                synthetic_records("p", baseline_spec(1, 1), n=20),
+            ]
+        ),
+        num_classes=4,
+        threats=("Linf",),
+    )
+    assert masked.categories == {"w@Linf": MASKING}
+    assert masked.details["w@Linf"]["comparison"] == INCONCLUSIVE
+    assert "whether what survives is above the baseline is inconclusive at this scale" in masked.text
+
+
+def test_seed_level_spread_of_the_paired_difference():
+    runs = [
+        pd.concat(
+            [
+                synthetic_records("w", masking_spec(blocked=b, exact=b, bpda=b, square=b, transfer=b)),
+                synthetic_records("p", baseline_spec(pgd=5)),
+            ]
+        )
+        for b in (50, 60, 70)
+    ]
+    v = verdict(runs, num_classes=4, threats=("Linf",), seeds=[0, 1, 2])
+    d = v.details["w@Linf"]
+    assert v.categories == {"w@Linf": ROBUST} and d["seed_agreement"] == "3/3 seeds"
+    assert d["seed_diff_mean"] == pytest.approx(0.55) and d["seed_diff_sd"] == pytest.approx(0.10)
+    assert d["n_paired"] == 300  # the pooled table: every seed's examples
+    assert "paired difference to the baseline +55.0 ± 10.0 points over the seeds" in v.text

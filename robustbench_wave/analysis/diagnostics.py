@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,7 +29,11 @@ from robustbench_wave.analysis.checks import (
     CheckResult,
     default_checks,
 )
-from robustbench_wave.analysis.checks.compare import check_records
+from robustbench_wave.analysis.checks.compare import (
+    as_white_box_restarts,
+    check_records,
+    self_transfer_models,
+)
 from robustbench_wave.attacks import (
     Suite,
     Threat,
@@ -172,10 +176,13 @@ def _pick_subset(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> 
     return order[:n].sort().values
 
 
-def _model_rows(records: pd.DataFrame | None, model_name: str | None) -> tuple[pd.DataFrame | None, str]:
-    """The benchmark rows of ``model_name`` (the only model of ``records`` when not given)."""
+def _model_rows(
+    records: pd.DataFrame | None, model_name: str | None, meta: Mapping[str, Any] | None = None
+) -> tuple[pd.DataFrame | None, str, bool]:
+    """The benchmark rows of ``model_name`` (the only model of ``records`` when not given), and whether its
+    transfer rows were crafted on itself (``meta``), in which case they are relabelled as white-box restarts."""
     if records is None or records.empty:
-        return None, model_name or "model"
+        return None, model_name or "model", False
     check_records(records, one_model=False)
     names = sorted(records["model"].unique())
     if model_name is None:
@@ -185,7 +192,9 @@ def _model_rows(records: pd.DataFrame | None, model_name: str | None) -> tuple[p
     rows = records[records["model"] == model_name]
     if rows.empty:
         raise ValueError(f"records have no rows for model {model_name!r}; they hold {names}")
-    return rows, model_name
+    if model_name not in self_transfer_models(meta):
+        return rows, model_name, False
+    return as_white_box_restarts(rows, [model_name]), model_name, True
 
 
 def _evaluate_subset(
@@ -230,17 +239,20 @@ def run_diagnostics(
     square_queries: int = 300,
     seed: int = 0,
     checks: Sequence[Check] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> DiagnosticsReport:
     """Run the checklist (every registered check, or ``checks``) for one model.
 
     ``records`` are the benchmark's per-example records (rows of ``model_name`` are used, ``example_id``
     indexing ``images``). The subset is ``n`` examples (clean-correct first); ``eps`` (default: the
     records' reference Linf budget, :func:`metrics.reference_eps`) and ``steps`` set the subset attacks.
+    ``meta`` (the run's ``meta.json``) says whether the transfer attacks were crafted on ``model_name``
+    itself: their rows are then read as an exact white-box restart (:func:`as_white_box_restarts`).
     """
     num_classes = int(getattr(info, "num_classes", 0) or 0)
     if num_classes < 2:
         raise ValueError("info.num_classes must be >= 2 (pass the DatasetInfo of the data)")
-    records, model_name = _model_rows(records, model_name)
+    records, model_name, self_transfer = _model_rows(records, model_name, meta)
     checks = list(checks) if checks is not None else default_checks()
     x_all, y_all = as_float_images(images), labels.long()
     modes = modes_for(model, grad_modes)
@@ -260,13 +272,14 @@ def run_diagnostics(
         results,
         inputs.histories,
         subset,
-        settings={
+        {
             "n": len(idx),
             "eps": eps,
             "steps": steps,
             "square_queries": square_queries,
             "modes": modes,
             "seed": seed,
+            "self_transfer": self_transfer,
             "thresholds": {c.name: c.thresholds() for c in checks},
         },
     )

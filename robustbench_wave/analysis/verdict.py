@@ -7,8 +7,12 @@ case over all of them (Croce & Hein 2020) -- and exceeds that of a patch-tokeniz
 same way (Carlini et al. 2019).
 
 Everything here is computed from per-example records in three layers: :func:`claim_numbers` (accuracies
-from :mod:`robustbench_wave.evaluation.metrics`), :func:`categorize` (a category from those numbers) and
-the prose, which only renders numbers and categories. Model *names* are only labels in the text. A model's
+from :mod:`robustbench_wave.evaluation.metrics`), :func:`categorize` (a category from those numbers and the
+paired comparison of candidate and baseline on the same examples: the exact McNemar test on the discordant
+pairs and Newcombe's interval of the difference, :func:`metrics.paired_comparison`) and the prose, which
+only renders numbers and categories. No verdict is given on a model not worth attacking (clean accuracy
+under :func:`clean_floor`) or when the comparison cannot decide (:data:`MAX_DIFF_CI_WIDTH`): the category
+is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
 role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
 candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
@@ -26,11 +30,15 @@ import pandas as pd
 
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, Threat
 from robustbench_wave.evaluation.metrics import (
+    PairedComparison,
     clean_correct,
+    paired_comparison,
+    paired_table,
     reference_eps,
     robust_accuracy,
+    robust_flags,
+    seed_spread,
     threat_eps,
-    wilson_interval,
 )
 from robustbench_wave.models.frontend import GradMode
 
@@ -41,7 +49,29 @@ NOT_ROBUST = "no natural robustness"
 ROBUST = "robust under all attacks"
 MASKING_BUT_ROBUST = "partly gradient masking, still more robust"
 NO_BASELINE = "no baseline"
+INCONCLUSIVE = "inconclusive"
 ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
+
+CLEAN_FLOOR_SHARE = 1 / 3
+"""A model is worth attacking only if its clean accuracy covers at least this share of the way from chance
+(1 / num_classes) to 100%: 40% for 10 classes, 50% for 4 (:func:`clean_floor`).
+
+Robust accuracy never exceeds clean accuracy, so below this floor a model's robust accuracy mostly says how
+little it learned, and two such models differ by how far training got, not by how robust their tokenizers
+are: at 12% on CIFAR-10 (chance 10%) every attack "wins" and no robustness claim is tested. A third of the
+way is far above chance (4x chance's distance for 10 classes) yet below what the recipe reaches on every
+data set it was tuned for, so only a model that failed to train is refused.
+"""
+
+MAX_DIFF_CI_WIDTH = 0.20
+"""Widest 95% interval of the paired difference (candidate minus baseline worst-case accuracy) that still
+decides "no more robust than the baseline".
+
+A non-significant McNemar test says the data do not show a difference, not that there is none. Only when
+the interval is narrow (at most 20 points wide, i.e. it rules out an advantage of about 10 points or more
+around the estimate) does "not supported" follow; a wider one is inconclusive at this scale: attack more
+examples. A significant test decides whatever the width (the sign is then known).
+"""
 
 
 def wb_column(mode: GradMode | str) -> str:
@@ -74,6 +104,17 @@ class VerdictSettings:
     gap_tol: float = 0.10  # blocked minus worst case: robustness that only blocked gradients show
     chance_margin: float = 0.05  # "at chance" = within this of 1/num_classes
     energy_gap: float = 0.10  # noise minus adversarial energy removed: the mechanism filters noise only
+    alpha: float = 0.05  # level of the two-sided exact McNemar test of candidate vs baseline
+    clean_floor_share: float = CLEAN_FLOOR_SHARE  # see CLEAN_FLOOR_SHARE
+    max_ci_width: float = MAX_DIFF_CI_WIDTH  # see MAX_DIFF_CI_WIDTH
+
+
+def clean_floor(num_classes: int, share: float = CLEAN_FLOOR_SHARE) -> float:
+    """The clean accuracy below which a model is not worth attacking: chance + ``share`` x (1 - chance)."""
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    chance = 1.0 / num_classes
+    return chance + share * (1.0 - chance)
 
 
 @dataclass
@@ -159,11 +200,23 @@ def _f(value: Any) -> float:
     return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
-def _clearly_above(a: float, b: float, n_a: int, n_b: int) -> bool:
-    """a > b with non-overlapping 95% Wilson intervals."""
-    lo_a, _ = wilson_interval(round(a * n_a), n_a)
-    _, hi_b = wilson_interval(round(b * n_b), n_b)
-    return bool(lo_a > hi_b)
+def paired_worst_case(
+    records: pd.DataFrame, cand: str, base: str, threat: str, eps: float
+) -> PairedComparison | None:
+    """Candidate vs baseline per-example worst case (:func:`metrics.robust_flags`) on the examples both were
+    attacked on; None when they share none."""
+    flags = [robust_flags(records[records["model"] == m], threat, eps) for m in (cand, base)]
+    try:
+        return paired_comparison(*flags)
+    except ValueError:
+        return None
+
+
+def _pooled(pairs: Sequence[PairedComparison | None]) -> PairedComparison | None:
+    """One table from several seeds' tables (their counts added); None if any seed has none."""
+    if not pairs or any(p is None for p in pairs):
+        return None
+    return paired_table(*(sum(getattr(p, k) for p in pairs) for k in ("both", "only_a", "only_b", "neither")))
 
 
 def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
@@ -185,52 +238,108 @@ def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple
 # --------------------------------------------------------------------------------------------------------
 # categories
 # --------------------------------------------------------------------------------------------------------
+def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float) -> str:
+    """Why ``row``'s model is not worth attacking, or "" when it is."""
+    clean = _f(row.get("clean"))
+    if math.isnan(clean) or clean >= floor:
+        return ""
+    return (
+        f"the {role} {row['model']}'s clean accuracy {_pct(clean)} is below the floor of {_pct(floor)} "
+        f"(chance {_pct(chance)} plus a third of the way to 100%): a model that has barely learned the task "
+        "tests no robustness claim"
+    )
+
+
+def _compare(out: dict[str, Any], paired: PairedComparison, settings: VerdictSettings) -> bool:
+    """Record the paired comparison in ``out``; True when it decides (significant, or a narrow interval)."""
+    out.update(
+        diff=paired.diff,
+        diff_ci=[paired.ci_low, paired.ci_high],
+        p_value=paired.p_value,
+        n_paired=paired.n,
+        discordant={"only_candidate": paired.only_a, "only_baseline": paired.only_b},
+    )
+    significant = paired.p_value < settings.alpha
+    out["above_baseline"] = bool(significant and paired.diff > 0)
+    out["below_baseline"] = bool(significant and paired.diff < 0)
+    return significant or paired.ci_width <= settings.max_ci_width
+
+
 def categorize(
     cand: Mapping[str, Any],
     base: Mapping[str, Any] | None,
     *,
     chance: float,
     settings: VerdictSettings,
+    paired: PairedComparison | None = None,
 ) -> dict[str, Any]:
     """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row.
 
-    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``); against a baseline,
-    ``above_baseline`` / ``below_baseline`` compare worst cases by non-overlapping 95% Wilson intervals.
+    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``). Against a baseline,
+    ``paired`` (:func:`paired_worst_case`: both models' worst case on the same examples) decides:
+    ``above_baseline`` / ``below_baseline`` = the two-sided exact McNemar test significant at ``alpha``.
+    :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when either model's clean accuracy is under
+    :func:`clean_floor`, when there is no paired comparison, or when an unmasked candidate's comparison is
+    neither significant nor narrow (interval wider than ``max_ci_width``). Masking is a finding about the
+    candidate alone and stands; an undecided comparison is then noted as ``comparison = "inconclusive"``.
     """
     worst = _f(cand["worst_case"])
     blocked = _f(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
     masking = not math.isnan(gap) and gap >= settings.gap_tol
-    out: dict[str, Any] = {"gap": gap, "masking": masking}
-    if base is None:
+    out: dict[str, Any] = {"gap": gap, "masking": masking, "above_baseline": None}
+    floor = chance + settings.clean_floor_share * (1 - chance)
+    reasons = [_below_floor(cand, "candidate", floor, chance)]
+    if base is not None:
+        reasons.append(_below_floor(base, "baseline", floor, chance))
+        if paired is None:
+            reasons.append(f"{cand['model']} and {base['model']} were not attacked on the same examples")
+    reasons = [r for r in reasons if r]
+    if reasons:
+        out.update(category=INCONCLUSIVE, inconclusive_reason="; ".join(reasons))
+        return out
+    if base is None or paired is None:  # (a baseline without a paired comparison is a reason above)
         at_chance = worst <= chance + settings.chance_margin
         out["category"] = MASKING if masking else (NOT_ROBUST if at_chance else NO_BASELINE)
-        out["above_baseline"] = None
         return out
-    b_worst = _f(base["worst_case"])
-    above = _clearly_above(worst, b_worst, int(cand["n"]), int(base["n"]))
-    out["above_baseline"] = above
-    out["below_baseline"] = _clearly_above(b_worst, worst, int(base["n"]), int(cand["n"]))
-    out["diff"] = worst - b_worst
+    decided = _compare(out, paired, settings)
     if masking:
-        out["category"] = MASKING_BUT_ROBUST if above else MASKING
+        out["category"] = MASKING_BUT_ROBUST if out["above_baseline"] else MASKING
+        out["comparison"] = "decided" if decided else INCONCLUSIVE
+    elif out["above_baseline"]:
+        out["category"] = ROBUST
+    elif decided:
+        out["category"] = NOT_ROBUST
     else:
-        out["category"] = ROBUST if above else NOT_ROBUST
+        out.update(
+            category=INCONCLUSIVE,
+            inconclusive_reason=(
+                f"the paired difference to {base['model']} is {_points(paired.diff)} with 95% interval "
+                f"{_interval(paired)}, wider than {100 * settings.max_ci_width:.0f} points, and the exact "
+                f"McNemar test is not significant (p = {paired.p_value:.2g}, {paired.n} examples): attack "
+                "more examples"
+            ),
+        )
     return out
 
 
 def _seed_majority(
-    per_seed: Sequence[pd.DataFrame], cand: str, base: str | None, chance: float, settings: VerdictSettings
+    per_seed: Sequence[tuple[pd.DataFrame, PairedComparison | None]],
+    cand: str,
+    base: str | None,
+    chance: float,
+    settings: VerdictSettings,
 ) -> tuple[str, int, int] | None:
     """(category most seeds agree on, its count, seeds judged), or None with fewer than two seeds."""
     cats = []
-    for p in per_seed:
+    for p, paired in per_seed:
         c_row = p[p["model"] == cand]
         b_row = p[p["model"] == base] if base else None
         if c_row.empty or (b_row is not None and b_row.empty):
             continue
-        b = b_row.iloc[0].to_dict() if b_row is not None else None
-        cats.append(categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings)["category"])
+        b = {"model": base, **b_row.iloc[0].to_dict()} if b_row is not None else None
+        cat = categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=paired)
+        cats.append(cat["category"])
     if len(cats) < 2:
         return None
     counts = pd.Series(cats).value_counts()
@@ -247,6 +356,28 @@ def _pct(value: Any, spread: Any = None) -> str:
     if spread is not None and not math.isnan(_f(spread)):
         return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
     return f"{100 * v:.1f}%"
+
+
+def _points(diff: float) -> str:
+    """A difference of accuracies in percentage points, signed."""
+    return f"{100 * diff:+.1f} points"
+
+
+def _interval(paired: PairedComparison) -> str:
+    return f"[{100 * paired.ci_low:+.1f}, {100 * paired.ci_high:+.1f}]"
+
+
+def _paired_clause(cat: Mapping[str, Any]) -> str:
+    """The paired comparison behind a category, in words ("" without one)."""
+    if cat.get("n_paired") is None:
+        return ""
+    lo, hi = cat["diff_ci"]
+    d = cat["discordant"]
+    return (
+        f" (paired on {cat['n_paired']} examples: difference {_points(cat['diff'])}, 95% interval "
+        f"[{100 * lo:+.1f}, {100 * hi:+.1f}]; {d['only_candidate']} examples survive only in the candidate, "
+        f"{d['only_baseline']} only in the baseline, exact McNemar p = {cat['p_value']:.2g})"
+    )
 
 
 _OTHER_ATTACKS = (
@@ -281,11 +412,15 @@ def _masking_sentence(
     if cat["category"] == MASKING_BUT_ROBUST:
         return text + (
             "part of the robustness measured with blocked gradients is gradient masking, but what "
-            f"survives every attack is still clearly above the baseline: {base_txt}."
+            f"survives every attack is still significantly above the baseline: {base_txt}."
         )
     text += "the robustness measured with blocked gradients comes from gradient masking"
     if not base_txt:
         return text + "."
+    if cat.get("comparison") == INCONCLUSIVE:
+        return (
+            text + f"; whether what survives is above the baseline is inconclusive at this scale: {base_txt}."
+        )
     than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
     return text + f", and it is {than} the baseline: {base_txt}."
 
@@ -304,6 +439,7 @@ def _sentence(
     if base is not None:
         base_txt = (
             f"{base['model']} (the baseline) keeps {_pct(base['worst_case'], sp.get('base_worst_case'))}"
+            + _paired_clause(cat)
         )
     category = cat["category"]
     if category in (MASKING, MASKING_BUT_ROBUST):
@@ -311,11 +447,14 @@ def _sentence(
     if category == ROBUST:
         return (
             f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
-            f"({_under(cand, sp)}; clean {clean}), clearly above the baseline — {base_txt}: robust under all "
+            f"({_under(cand, sp)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
             "attacks, as measured."
         )
     text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
     text += f" ({_under(cand, sp)}; clean {clean})"
+    if category == INCONCLUSIVE:
+        text += f": inconclusive at this scale — {cat['inconclusive_reason']}"
+        return text + (f"; {base_txt}." if base_txt else ".")
     if category != NOT_ROBUST:
         return text + "."
     if base is not None:
@@ -366,10 +505,13 @@ def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> tup
     return f"Diagnostics for **{model}**: " + "; ".join(parts) + ".", bool(others)
 
 
-def _headline(categories: Mapping[str, str]) -> str:
+def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
     cats = set(categories.values())
     if not cats:
         return "no candidate with a fixed front-end and a comparable budget was evaluated."
+    if cats == {INCONCLUSIVE}:
+        reasons = dict.fromkeys(str(details.get(k, {}).get("inconclusive_reason", "")) for k in categories)
+        return "inconclusive at this scale: " + "; ".join(r for r in reasons if r) + "."
     if cats <= {MASKING, NOT_ROBUST}:
         if MASKING in cats:
             return (
@@ -412,26 +554,32 @@ def _judge_threat(
     eps = eps or reference_eps(runs[0], threat)
     if eps is None:
         return None
-    per_seed = [claim_numbers(r, threat=threat, eps=eps, seed=s) for r, s in zip(runs, seeds)]
-    per_seed = [p for p in per_seed if not p.empty]
-    if not per_seed:
+    seeded = [(claim_numbers(r, threat=threat, eps=eps, seed=s), r) for r, s in zip(runs, seeds)]
+    seeded = [(p, r) for p, r in seeded if not p.empty]
+    if not seeded:
         return None
-    out = _ThreatVerdict(pd.concat(per_seed, ignore_index=True))
+    out = _ThreatVerdict(pd.concat([p for p, _ in seeded], ignore_index=True))
     mean = _combine(out.numbers)
     candidates, baselines = _roles(mean.reset_index(), baseline)
     base_name = baselines[0] if baselines else None
     base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
     for cand_name in candidates:
-        cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
-        cat = categorize(cand, base, chance=chance, settings=settings)
-        majority = _seed_majority(per_seed, cand_name, base_name, chance, settings)
-        if majority is not None:
-            cat["category"], agree, judged = majority
-            cat["seed_agreement"] = f"{agree}/{judged} seeds"
-        spread = _spread(out.numbers, cand_name, base_name) if len(per_seed) > 1 else None
-        text = _sentence(cand, base, cat, spread)
-        if majority is not None:
-            text += f" ({len(per_seed)} training seeds, mean ± sd; category in {cat['seed_agreement']}.)"
+        pairs = [
+            paired_worst_case(r, cand_name, base_name, threat, eps) if base_name else None for _, r in seeded
+        ]
+        cat = _judge_candidate(
+            {"model": cand_name, **mean.loc[cand_name].to_dict()}, base, pairs, seeded, chance, settings
+        )
+        spread = _spread(out.numbers, cand_name, base_name) if len(seeded) > 1 else None
+        text = _sentence({"model": cand_name, **mean.loc[cand_name].to_dict()}, base, cat, spread)
+        if "seed_agreement" in cat:
+            text += f" ({len(seeded)} training seeds, mean ± sd; category in {cat['seed_agreement']}"
+            if "seed_diff_mean" in cat:
+                text += (
+                    f"; paired difference to the baseline {100 * cat['seed_diff_mean']:+.1f} ± "
+                    f"{100 * cat['seed_diff_sd']:.1f} points over the seeds"
+                )
+            text += ".)"
         grid_text, cat["masking_eps"] = _grid_sentence(runs, cand_name, base_name, threat, settings)
         out.paragraphs.append(f"{text} {grid_text}" if grid_text else text)
         key = f"{cand_name}@{threat}"
@@ -440,6 +588,33 @@ def _judge_threat(
             k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in cat.items()
         }
     return out
+
+
+def _judge_candidate(
+    cand: Mapping[str, Any],
+    base: Mapping[str, Any] | None,
+    pairs: Sequence[PairedComparison | None],
+    seeded: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+    chance: float,
+    settings: VerdictSettings,
+) -> dict[str, Any]:
+    """One candidate's category: on the seeds' numbers pooled (one paired table of all seeds' examples),
+    then, with two or more seeds, the category most seeds agree on, and the spread of the per-seed paired
+    differences (mean ± sd)."""
+    base_name = base["model"] if base else None
+    cat = categorize(cand, base, chance=chance, settings=settings, paired=_pooled(pairs))
+    per_seed = [(p, pair) for (p, _), pair in zip(seeded, pairs)]
+    majority = _seed_majority(per_seed, str(cand["model"]), base_name, chance, settings)
+    if majority is None:
+        return cat
+    cat["category"], agree, judged = majority
+    cat["seed_agreement"] = f"{agree}/{judged} seeds"
+    if cat["category"] == INCONCLUSIVE and "inconclusive_reason" not in cat:
+        cat["inconclusive_reason"] = f"{agree} of {judged} training seeds are inconclusive on their own"
+    diffs = seed_spread([p.diff for p in pairs if p is not None])
+    if diffs.n_seeds > 1:
+        cat["seed_diff_mean"], cat["seed_diff_sd"] = diffs.mean, diffs.sd
+    return cat
 
 
 def verdict(
@@ -485,7 +660,7 @@ def verdict(
             paragraphs.append(sentence)
         if worrying:
             doubtful.add(model)
-    headline = _headline(categories)
+    headline = _headline(categories, details)
     claimed = {k.split("@")[0] for k, c in categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
     if claimed & doubtful:
         headline += (

@@ -10,11 +10,18 @@
   strong group with a weak one (the gradient-masking checks).
 * :func:`backend_agreement` -- how two back-ends of one attack agree on the same points (``--cross-check``).
 * :func:`reference_eps` -- the one budget a diagnostic or a verdict reports by default, always on the grid.
+* :func:`paired_comparison` -- two sets of per-example flags on the same examples (two models, or two attack
+  groups): the discordant pairs, the exact McNemar test on them (:func:`mcnemar_exact`), the difference with
+  Newcombe's paired interval (:func:`paired_difference_interval`); :func:`seed_spread` is the spread of such
+  differences over training seeds.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -256,3 +263,153 @@ def reference_eps(
     grid = threat_eps(records, threat) if records is not None and not records.empty else []
     eps = [e for e in grid if e > 0]
     return eps[(len(eps) - 1) // 2] if eps else fallback
+
+
+# ------------------------------------------------------------------------------------------ paired statistics
+ALTERNATIVES = ("two-sided", "greater", "less")
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
+        if isinstance(value, bool) or int(value) != value or value < 0:
+            raise ValueError(f"{name} must be a count (a non-negative integer), got {value!r}")
+
+
+def binomial_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), exact (integer arithmetic, one division at the end)."""
+    _check_counts(k=k, n=n)
+    if k >= n:
+        return 1.0
+    term, total = 1, 1  # C(n, 0)
+    for j in range(int(k)):
+        term = term * (n - j) // (j + 1)  # C(n, j + 1), exact
+        total += term
+    return total / 2**n  # int / int is correctly rounded, however large
+
+
+def mcnemar_exact(only_a: int, only_b: int, alternative: str = "two-sided") -> float:
+    """Exact McNemar p-value from the discordant pairs of two paired binary outcomes.
+
+    ``only_a``: pairs where A succeeded and B did not; ``only_b``: the reverse. Under H0 (both equally
+    likely) ``only_a`` ~ Binomial(only_a + only_b, 1/2). ``"two-sided"``: min(1, 2 P(X <= min)), which is
+    scipy's ``binomtest(only_a, n, 0.5).pvalue`` (the distribution is symmetric); ``"greater"``: P(X >=
+    only_a), evidence that A succeeds more often; ``"less"``: P(X <= only_a). 1.0 without discordant pairs.
+    """
+    _check_counts(only_a=only_a, only_b=only_b)
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, got {alternative!r}")
+    n = int(only_a) + int(only_b)
+    if n == 0:
+        return 1.0
+    if alternative == "greater":
+        return binomial_half_cdf(int(only_b), n)  # X >= only_a  <=>  n - X <= only_b
+    if alternative == "less":
+        return binomial_half_cdf(int(only_a), n)
+    return min(1.0, 2 * binomial_half_cdf(min(int(only_a), int(only_b)), n))
+
+
+def paired_difference_interval(
+    both: int, only_a: int, only_b: int, neither: int, z: float = Z95
+) -> tuple[float, float]:
+    """Interval for p_A - p_B of paired proportions: Newcombe's (1998) square-and-add of the two Wilson
+    intervals with the correlation of the pairs, as given by Fagerland, Lydersen & Laake (2014).
+
+    p_A = (both + only_a) / n, p_B = (both + only_b) / n; the correlation phi = (both*neither -
+    only_a*only_b) / sqrt(product of the margins), with Newcombe's correction (shrunk by n/2 when positive,
+    0 when a margin is empty). NaN for n = 0.
+    """
+    _check_counts(both=both, only_a=only_a, only_b=only_b, neither=neither)
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return (math.nan, math.nan)
+    succ_a, succ_b = both + only_a, both + only_b
+    p_a, p_b = succ_a / n, succ_b / n
+    l_a, u_a = wilson_interval(succ_a, n, z)
+    l_b, u_b = wilson_interval(succ_b, n, z)
+    margins = succ_a * (n - succ_a) * succ_b * (n - succ_b)
+    phi = 0.0
+    if margins > 0:
+        cross = both * neither - only_a * only_b
+        if cross > n / 2:
+            phi = (cross - n / 2) / math.sqrt(margins)
+        elif cross < 0:
+            phi = cross / math.sqrt(margins)
+    lo_sq = (p_a - l_a) ** 2 + (u_b - p_b) ** 2 - 2 * phi * (p_a - l_a) * (u_b - p_b)
+    hi_sq = (p_b - l_b) ** 2 + (u_a - p_a) ** 2 - 2 * phi * (p_b - l_b) * (u_a - p_a)
+    diff = p_a - p_b
+    return (max(-1.0, diff - math.sqrt(max(lo_sq, 0.0))), min(1.0, diff + math.sqrt(max(hi_sq, 0.0))))
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two binary outcomes on the same examples (e.g. robust under model A / model B): the 2x2 table, the
+    difference of the two proportions with its 95% interval and the exact two-sided McNemar p-value."""
+
+    n: int
+    both: int
+    only_a: int
+    only_b: int
+    neither: int
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+    @property
+    def acc_a(self) -> float:
+        return (self.both + self.only_a) / self.n if self.n else math.nan
+
+    @property
+    def acc_b(self) -> float:
+        return (self.both + self.only_b) / self.n if self.n else math.nan
+
+    @property
+    def diff(self) -> float:
+        """p_A - p_B = (only_a - only_b) / n: only the discordant pairs move it."""
+        return (self.only_a - self.only_b) / self.n if self.n else math.nan
+
+    @property
+    def ci_width(self) -> float:
+        return self.ci_high - self.ci_low
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "acc_a": self.acc_a, "acc_b": self.acc_b, "diff": self.diff}
+
+
+def paired_table(both: int, only_a: int, only_b: int, neither: int, z: float = Z95) -> PairedComparison:
+    """:class:`PairedComparison` of a 2x2 table of counts."""
+    lo, hi = paired_difference_interval(both, only_a, only_b, neither, z)
+    n = both + only_a + only_b + neither
+    return PairedComparison(n, both, only_a, only_b, neither, lo, hi, mcnemar_exact(only_a, only_b))
+
+
+def paired_comparison(flags_a: pd.Series, flags_b: pd.Series, z: float = Z95) -> PairedComparison:
+    """Compare two boolean per-example outcomes (index: example_id) on the examples both hold.
+
+    Raises ValueError when they share no example: an unpaired comparison is not this test.
+    """
+    common = flags_a.index.intersection(flags_b.index)
+    if len(common) == 0:
+        raise ValueError(
+            "the two sets of flags share no example_id: pair two models attacked on the same examples"
+        )
+    a = flags_a.reindex(common).astype(bool).to_numpy()
+    b = flags_b.reindex(common).astype(bool).to_numpy()
+    return paired_table(int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum()), z)
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """Mean and standard deviation (ddof = 1; NaN for one seed) of a per-seed quantity."""
+
+    mean: float
+    sd: float
+    n_seeds: int
+
+
+def seed_spread(values: Sequence[float]) -> SeedSpread:
+    """Spread over training seeds of per-seed values (e.g. paired differences), NaN values dropped."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not vals:
+        return SeedSpread(math.nan, math.nan, 0)
+    sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan
+    return SeedSpread(float(np.mean(vals)), sd, len(vals))

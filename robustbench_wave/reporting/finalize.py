@@ -90,6 +90,7 @@ def finalize_run(
             steps=diagnostics_steps,
             square_queries=square_queries,
             seed=seed,
+            meta=meta,
         )
         for name, model in models.items()
     ]

@@ -7,6 +7,9 @@ Data: 1x8x8 images, 4 classes; class k brightens quadrant k by ``CONTRAST`` over
   input quantizer with an all-zero input gradient (gradient masking by construction); black-box attacks and
   BPDA still break it at eps = 0.15.
 * :class:`NoisyQuadrant` -- Gaussian noise injected in eval mode (a randomized defence: needs EOT).
+* :class:`SaturatedQuadrant` -- :class:`QuadrantLinear` with logits x 1e4: the softmax underflows, so the
+  cross-entropy input gradient is exactly zero on every correctly classified point while the margin gradient
+  is not (a CE attack stands still; a margin/DLR attack breaks it). Caught by white-box-side checks alone.
 * :class:`QuantizerFrontEnd` / :func:`masked_front_end_model` -- the quantizer as a FixedFrontEnd whose
   smooth (BPDA) transform is the un-quantized mean, so grad modes exact/blocked are masked and bpda is not.
 
@@ -74,6 +77,13 @@ def _quantize(m: torch.Tensor) -> torch.Tensor:
 class QuantizedQuadrant(QuadrantLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * _quantize(quadrant_means(x))
+
+
+class SaturatedQuadrant(QuadrantLinear):
+    SATURATION = 1e4  # logit margins ~1e3: exp(-margin) underflows to 0 in float32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.SATURATION * super().forward(x)
 
 
 class NoisyQuadrant(QuadrantLinear):
@@ -226,19 +236,23 @@ def _pgd(eps: float, correct: Sequence[bool], **kw: Any) -> pd.DataFrame:
 
 
 def _records(*frames: pd.DataFrame) -> CheckInputs:
-    return CheckInputs(records=pd.concat([clean_rows(), *frames], ignore_index=True))
+    n = len(frames[0]) if frames else 10
+    return CheckInputs(records=pd.concat([clean_rows(n), *frames], ignore_index=True))
+
+
+def held(k: int, n: int = 20) -> list[bool]:
+    """The first ``k`` of ``n`` examples held (correct), the rest broken."""
+    return [True] * k + [False] * (n - k)
 
 
 def _mode_gap_records() -> CheckInputs:
-    """Blocked gradients keep 80%; BPDA keeps 10% and Square 40%: masked for 'blocked', honest for 'bpda'."""
-    clean = pd.concat([clean_rows(mode=m) for m in ("blocked", "bpda")])
-    blocked = _pgd(0.1, [True] * 8 + [False] * 2, mode="blocked")
-    bpda = _pgd(0.1, [True] * 1 + [False] * 9, mode="bpda")
+    """Blocked gradients keep 80%; BPDA keeps 10% and Square 40% (of 20): masked for 'blocked' (14 points
+    blocked PGD holds fall to the others, none the other way), honest for 'bpda'."""
+    clean = pd.concat([clean_rows(20, mode=m) for m in ("blocked", "bpda")])
+    blocked = _pgd(0.1, held(16), mode="blocked")
+    bpda = _pgd(0.1, held(2), mode="bpda")
     square = pd.concat(
-        [
-            attack_rows("square", "square", "black-box", 0.1, [True] * 4 + [False] * 6, mode=m)
-            for m in ("blocked", "bpda")
-        ]
+        [attack_rows("square", "square", "black-box", 0.1, held(8), mode=m) for m in ("blocked", "bpda")]
     )
     return CheckInputs(records=pd.concat([clean, blocked, bpda, square], ignore_index=True))
 
@@ -253,27 +267,30 @@ def _on_model(
     return build
 
 
-_FGSM_BREAKS_0_1 = attack_rows("fgsm", "fgsm", "white-box", 0.1, [False, False] + [True] * 8)
-_NOISE_BREAKS_0_1 = attack_rows("noise_sign", "noise", "noise", 0.1, [False, False] + [True] * 8)
+_BREAKS_FIRST_8 = [False] * 8 + [True] * 12  # 8 of 20 broken: enough for the paired test (2^-8 < 0.01)
+_FGSM_BREAKS_8 = attack_rows("fgsm", "fgsm", "white-box", 0.1, _BREAKS_FIRST_8)
+_NOISE_BREAKS_8 = attack_rows("noise_sign", "noise", "noise", 0.1, _BREAKS_FIRST_8)
 
 
 @dataclass(frozen=True)
 class CheckCase:
     """A check's planted case (it must fail) and honest case (it must pass), each judged under a mode;
-    ``params`` override the check's thresholds/settings (kept small so the tests stay fast)."""
+    ``params`` override the check's thresholds/settings (kept small so the tests stay fast); ``also_fire``
+    are further planted inputs that must fail under ``fire_mode`` (another way to mask gradients)."""
 
     fire: Callable[[], CheckInputs]
     honest: Callable[[], CheckInputs]
     fire_mode: str | None = "exact"
     honest_mode: str | None = "exact"
     params: dict[str, Any] = field(default_factory=dict)
+    also_fire: tuple[Callable[[], CheckInputs], ...] = ()
 
 
 CHECK_CASES: dict[str, CheckCase] = {
-    # FGSM breaks examples 0-1 which PGD misses (2 of 10), vs PGD breaking everything FGSM breaks
+    # FGSM breaks examples 0-7 which PGD misses (8 of 20, none the other way), vs PGD breaking them and more
     "iterative_beats_single_step": CheckCase(
-        fire=lambda: _records(_FGSM_BREAKS_0_1, _pgd(0.1, [True, True] + [False] * 4 + [True] * 4)),
-        honest=lambda: _records(_FGSM_BREAKS_0_1, _pgd(0.1, [False] * 6 + [True] * 4)),
+        fire=lambda: _records(_FGSM_BREAKS_8, _pgd(0.1, [True] * 20)),
+        honest=lambda: _records(_FGSM_BREAKS_8, _pgd(0.1, [False] * 12 + [True] * 8)),
     ),
     # accuracy 30% -> 60% from eps 0.1 to 0.2, vs 60% -> 30%
     "eps_monotone": CheckCase(
@@ -283,10 +300,10 @@ CHECK_CASES: dict[str, CheckCase] = {
     "whitebox_beats_blackbox": CheckCase(
         fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
     ),
-    # noise breaks examples 0-1 which the white-box attack holds, vs the white-box attack breaking them too
+    # noise breaks examples 0-7 which the white-box attack holds, vs the white-box attack breaking them too
     "whitebox_beats_noise": CheckCase(
-        fire=lambda: _records(_NOISE_BREAKS_0_1, _pgd(0.1, [True] * 10)),
-        honest=lambda: _records(_NOISE_BREAKS_0_1, _pgd(0.1, [False] * 4 + [True] * 6)),
+        fire=lambda: _records(_NOISE_BREAKS_8, _pgd(0.1, [True] * 20)),
+        honest=lambda: _records(_NOISE_BREAKS_8, _pgd(0.1, [False] * 12 + [True] * 8)),
     ),
     "gradient_mode_gap": CheckCase(
         fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
@@ -304,7 +321,12 @@ CHECK_CASES: dict[str, CheckCase] = {
     "attack_convergence": CheckCase(
         fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear), params={"more": 2}
     ),
-    "gradient_health": CheckCase(fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear)),
+    # zero gradients (a quantizer), and saturated logits whose cross-entropy gradient underflows
+    "gradient_health": CheckCase(
+        fire=_on_model(QuantizedQuadrant),
+        honest=_on_model(QuadrantLinear),
+        also_fire=(_on_model(SaturatedQuadrant),),
+    ),
     "deterministic": CheckCase(
         fire=_on_model(NoisyQuadrant), honest=_on_model(QuadrantLinear), fire_mode=None, honest_mode=None
     ),

@@ -2,26 +2,39 @@
 
 A masking check asks "did the *weaker* evidence (FGSM, noise, Square, another gradient mode) break a point
 that the *stronger* attack held?" -- per example, never by comparing two accuracies (Croce & Hein 2020).
-This module selects the rows a gradient mode sees (:func:`mode_view`) and counts such violations
-(:func:`compare_groups`), telling apart a point an attack held from one it skipped under ``skip_broken``.
+This module selects the rows a gradient mode sees (:func:`mode_view`) and counts such violations and the
+reverse pairs (:func:`compare_groups`), telling apart a point an attack held from one it skipped under
+``skip_broken``; a check fires only on a significant excess (:data:`PAIRED_ALPHA`, :func:`decide`). A transfer
+attack crafted on the attacked model itself is a white-box restart, not a black-box attack
+(:func:`self_transfer_models`, :func:`as_white_box_restarts`).
 The per-example statuses themselves come from :mod:`robustbench_wave.evaluation.metrics`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from robustbench_wave.attacks import Threat, family_spec, list_families
-from robustbench_wave.evaluation.metrics import clean_correct, example_status, threat_eps
+from robustbench_wave.attacks import AttackKind, Threat, family_spec, list_families
+from robustbench_wave.evaluation.metrics import clean_correct, example_status, mcnemar_exact, threat_eps
+from robustbench_wave.models.frontend import GradMode
 
 from .base import CheckResult
 
 RECORD_THREATS = (Threat.LINF.value, Threat.L2.value)  # the norms the pairwise checks compare
+PAIRED_ALPHA = 0.01
+"""Level of the one-sided exact McNemar test a pairwise check needs before it fires (per threat and budget).
+
+A weaker attack (FGSM, noise, Square, transfer) breaking a few points the stronger one held is ordinary
+when the stronger attack breaks as many points the weaker one held: two attacks land on different sides
+of the decision boundary near its edge. Only a significant excess is evidence of masking. 0.01 rather than
+0.05 because a check tests every budget of both threats (up to ~10 tests per mode). When ``skip_broken`` hid
+the reverse pairs, they count as none, so a check then needs at least 7 violations (2^-7 < 0.01).
+"""
 _NEEDED = (
     "model",
     "grad_mode",
@@ -80,14 +93,49 @@ def attacked_eps(rows: pd.DataFrame, threat: str) -> list[float]:
     return [e for e in threat_eps(rows, threat) if e > 0]
 
 
+@dataclass(frozen=True)
+class Discordance:
+    """One strong-vs-weak comparison at one (threat, eps), on the clean-correct points both groups judged.
+
+    ``violations``: the weak group broke the point, the strong group held it; ``reverse``: the strong group
+    broke it, the weak group held it. Points the strong group broke but the weak group skipped
+    (``skip_broken`` ran it only on what was left) cannot be reverse pairs the records show: they count as
+    none (``hidden`` says how many), the most alarming reading.
+    """
+
+    violations: int
+    reverse: int
+    compared: int
+    hidden: int = 0
+
+    @property
+    def share(self) -> float:
+        return self.violations / self.compared if self.compared else 0.0
+
+    @property
+    def p_value(self) -> float:
+        """One-sided exact McNemar: P(at least ``violations`` of the discordant pairs go the weak group's
+        way) if both groups were equally strong."""
+        return mcnemar_exact(self.violations, self.reverse, "greater")
+
+    def fires(self, tol: float, alpha: float) -> bool:
+        """More than ``tol`` of the compared points, AND significant at ``alpha``: a handful of points the
+        strong group offsets with its own exclusive breaks is not evidence."""
+        return self.share > tol and self.p_value < alpha
+
+    def text(self) -> str:
+        hidden = f" + {self.hidden} unseen" if self.hidden else ""
+        return f"{self.violations}/{self.compared} (reverse {self.reverse}{hidden}, p={self.p_value:.2g})"
+
+
 def compare_groups(
     rows: pd.DataFrame, strong: pd.Series, weak: pd.Series, threat: str, eps: float
-) -> tuple[int, int] | None:
-    """Clean-correct examples where the *weak* group broke the point but the *strong* group held it.
+) -> Discordance | None:
+    """Clean-correct examples where the *weak* group broke the point but the *strong* group held it, and the
+    reverse.
 
-    Returns (violations, compared) -- compared = examples whose status is known for both groups -- or None
-    when the comparison is impossible: the weak group broke points, but the strong group skipped every one
-    of them (``skip_broken`` with the weak attack first in the suite).
+    None when the comparison is impossible: the weak group broke points, but the strong group skipped every
+    one of them (``skip_broken`` with the weak attack first in the suite), or no point is known to both.
     """
     clean = clean_correct(rows)
     ids = clean.index[clean.to_numpy()]
@@ -98,7 +146,50 @@ def compare_groups(
         return None
     if int(known.sum()) == 0:
         return None
-    return int(((s == 0) & (w == 1) & known).sum()), int(known.sum())
+    return Discordance(
+        violations=int(((s == 0) & (w == 1) & known).sum()),
+        reverse=int(((s == 1) & (w == 0) & known).sum()),
+        compared=int(known.sum()),
+        hidden=int(((s == 1) & w.isna()).sum()),
+    )
+
+
+def decide(found: dict[str, Discordance], tol: float, alpha: float) -> tuple[bool, dict[str, Any], str]:
+    """The verdict over every (threat, eps) compared: fails where any comparison :meth:`Discordance.fires`.
+
+    Returns (passed, numbers, a sentence naming the deciding comparison: the first that fired, or the first
+    whose share exceeded ``tol`` without being significant; empty when every share is within ``tol``).
+    """
+    fired = [k for k, d in found.items() if d.fires(tol, alpha)]
+    numbers: dict[str, Any] = {
+        "worst_share": max(d.share for d in found.values()),
+        "tolerance": tol,
+        "alpha": alpha,
+    }
+    if fired:
+        numbers["fired_at"] = ", ".join(fired)
+        d = found[fired[0]]
+        return (
+            False,
+            numbers,
+            (
+                f" (at {fired[0]}: {d.violations} of {d.compared} points, against {d.reverse} the other way; "
+                f"one-sided exact McNemar p = {d.p_value:.2g} < {alpha})"
+            ),
+        )
+    few = [k for k, d in found.items() if d.share > tol]
+    if not few:
+        return True, numbers, ""
+    d = found[few[0]]
+    return (
+        True,
+        numbers,
+        (
+            f"; at {few[0]} the weaker evidence broke {d.violations} of {d.compared} points the stronger attack "
+            f"held, against {d.reverse} the other way -- too few to count (one-sided exact McNemar p = "
+            f"{d.p_value:.2g} >= {alpha})"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -119,12 +210,13 @@ def pairwise_result(
     tol: float,
     words: Pairing,
     threats: Sequence[str] = RECORD_THREATS,
+    alpha: float = PAIRED_ALPHA,
 ) -> CheckResult:
-    """The share of compared examples the weak group broke but the strong group held, worst over every
-    (threat, eps) the weak group ran at; passes when it is at most ``tol``."""
+    """Per (threat, eps) the weak group ran at: the points the weak group broke but the strong group held
+    (:class:`Discordance`); fails where their share exceeds ``tol`` and the one-sided exact McNemar test on
+    the discordant pairs is significant at ``alpha`` (:func:`decide`)."""
     numbers: dict[str, Any] = {}
-    worst = 0.0
-    compared_any = False
+    found: dict[str, Discordance] = {}
     for threat in threats:
         for eps in attacked_eps(records[weak], threat):
             if records[strong & (records["threat"] == threat)].empty:
@@ -132,11 +224,10 @@ def pairwise_result(
             res = compare_groups(records, strong, weak, threat, eps)
             if res is None:
                 continue
-            v, n = res
-            compared_any = True
-            worst = max(worst, v / n)
-            numbers[f"{threat}@{eps:.4g}"] = f"{v}/{n}"
-    if not compared_any:
+            key = f"{threat}@{eps:.4g}"
+            found[key] = res
+            numbers[key] = res.text()
+    if not found:
         return CheckResult(
             name,
             None,
@@ -144,7 +235,36 @@ def pairwise_result(
             f"not measurable: no examples attacked by both {words.what} (run with skip_broken=False)",
             mode,
         )
-    numbers["worst_share"] = worst
-    numbers["tolerance"] = tol
-    passed = worst <= tol
-    return CheckResult(name, passed, numbers, words.meaning_pass if passed else words.meaning_fail, mode)
+    passed, extra, note = decide(found, tol, alpha)
+    numbers.update(extra)
+    meaning = (words.meaning_pass if passed else words.meaning_fail) + note
+    return CheckResult(name, passed, numbers, meaning, mode)
+
+
+# ------------------------------------------------------------------------------- transfer from a model to itself
+def self_transfer_models(meta: Mapping[str, Any] | None) -> set[str]:
+    """Models of a run whose transfer attacks were crafted on themselves (``meta.json``'s
+    ``models[NAME].surrogate``): the same weights (``param_sha256``) when both hashes are recorded, else the
+    same name."""
+    out: set[str] = set()
+    for name, entry in ((meta or {}).get("models") or {}).items():
+        surrogate = entry.get("surrogate") if isinstance(entry, Mapping) else None
+        if not isinstance(surrogate, Mapping):
+            continue
+        own, theirs = entry.get("param_sha256"), surrogate.get("param_sha256")
+        if (own and theirs and own == theirs) or (not (own and theirs) and surrogate.get("name") == name):
+            out.add(str(name))
+    return out
+
+
+def as_white_box_restarts(records: pd.DataFrame, models: Iterable[str]) -> pd.DataFrame:
+    """``records`` with the transfer rows of ``models`` (their own surrogate) relabelled as what they are:
+    white-box runs with exact gradients (the surrogate is always differentiated exactly), one row per
+    (model, attack, eps, example) even where the evaluation replicated them to every gradient mode."""
+    models = set(models)
+    hit = records["model"].isin(models) & (records["kind"] == AttackKind.TRANSFER.value)
+    if not hit.any():
+        return records
+    moved = records[hit].assign(kind=AttackKind.WHITE_BOX.value, grad_mode=GradMode.EXACT.value)
+    moved = moved.drop_duplicates(["model", "attack", "eps", "example_id"])
+    return pd.concat([records[~hit], moved], ignore_index=True)

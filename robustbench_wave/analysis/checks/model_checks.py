@@ -151,19 +151,35 @@ class AttackConvergence(Check):
         return CheckResult(self.name, not problems, numbers, meaning, mode)
 
 
+DLR_ADVICE = (
+    'use a margin/DLR loss: loss = "dlr" on the builtin PGD family or APGD-T (Croce & Hein 2020), or '
+    'loss = "margin" (Carlini & Wagner)'
+)
+
+
+def _underflowed(grad: torch.Tensor) -> torch.Tensor:
+    """Per example: every entry of the input gradient is zero or subnormal (the softmax underflowed)."""
+    return grad.flatten(1).abs().amax(1) < torch.finfo(grad.dtype).tiny
+
+
 @register_check
 @dataclass(frozen=True)
 class GradientHealth(Check):
-    """Input gradients must be finite and non-zero, and outputs must be logits, not probabilities.
+    """Input gradients must be finite and non-zero, the cross-entropy loss must not vanish, and outputs must
+    be logits, not probabilities.
 
-    The margin loss (Carlini & Wagner) is used for the zero test because it never saturates; the share of
-    examples whose *cross-entropy* gradient underflows to zero (saturated softmax) is reported as well. A
-    failure means gradient-based attacks are blind here: shattered or blocked gradients (Athalye et al. 2018).
+    The margin loss (Carlini & Wagner) is used for the zero test because it never saturates: a zero margin
+    gradient means shattered or blocked gradients (Athalye et al. 2018). The cross-entropy gradient is
+    tested separately: on saturated logits the softmax underflows and the CE input gradient is exactly zero
+    (or subnormal) although the margin gradient is not, so every CE-loss attack (the default of PGD, FGSM
+    and APGD-CE) stands still there and reports the point robust. Above ``ce_zero_tol`` of the points the
+    check fails and says to use a margin/DLR loss (``loss = "dlr"`` on the builtin PGD family and APGD-T).
     """
 
     name: ClassVar[str] = "gradient_health"
     reads: ClassVar[Reads] = Reads.MODEL
-    zero_tol: float = 0.10  # share of examples with an all-zero input gradient
+    zero_tol: float = 0.10  # share of examples with an all-zero (margin) input gradient
+    ce_zero_tol: float = 0.10  # share of examples whose CE gradient underflows while the margin one does not
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         model, x, y = inputs.subset()
@@ -178,6 +194,12 @@ class GradientHealth(Check):
                 f"{numbers['zero_grad_share']:.0%} of examples have an all-zero input gradient "
                 "(shattered/blocked gradients)"
             )
+        if numbers["ce_vanishing_share"] > self.ce_zero_tol:
+            problems.append(
+                f"{numbers['ce_vanishing_share']:.0%} of examples have a vanishing cross-entropy input "
+                "gradient (saturated logits: the softmax underflows) although the margin gradient is not zero, "
+                f"so cross-entropy attacks stand still there -- {DLR_ADVICE}"
+            )
         if numbers["nan_grad_share"] > 0 or numbers["inf_grad_share"] > 0:
             problems.append("NaN/Inf input gradients")
         if numbers["outputs_are_probabilities"]:
@@ -187,29 +209,29 @@ class GradientHealth(Check):
         meaning = (
             "; ".join(problems) + " -- gradient-based attacks are blind here (Athalye et al. 2018)"
             if problems
-            else "input gradients are finite and informative, outputs are logits"
+            else "input gradients are finite and informative, the cross-entropy loss does not vanish, "
+            "outputs are logits"
         )
-        if not problems and numbers["ce_saturated_share"] > self.zero_tol:
-            meaning += (
-                f"; note: {numbers['ce_saturated_share']:.0%} of CE gradients underflow (saturated softmax) "
-                "-- use a margin/DLR loss"
-            )
         return CheckResult(self.name, not problems, numbers, meaning, mode)
 
     def _measure(self, g_margin: torch.Tensor, g_ce: torch.Tensor, logits: torch.Tensor) -> dict[str, Any]:
         flat = g_margin.flatten(1)
         ones = torch.ones_like(logits[:, 0])
         in_unit = bool(((logits >= 0) & (logits <= 1)).all())
+        margin_zero = flat.abs().amax(1) == 0
+        ce_gone = _underflowed(g_ce)
         return {
-            "zero_grad_share": float((flat.abs().amax(1) == 0).float().mean()),
+            "zero_grad_share": float(margin_zero.float().mean()),
             "nan_grad_share": float(torch.isnan(flat).any(1).float().mean()),
             "inf_grad_share": float(torch.isinf(flat).any(1).float().mean()),
-            "ce_saturated_share": float((g_ce.flatten(1).abs().amax(1) == 0).float().mean()),
+            "ce_saturated_share": float(ce_gone.float().mean()),
+            "ce_vanishing_share": float((ce_gone & ~margin_zero).float().mean()),
             "outputs_are_probabilities": in_unit and bool(torch.allclose(logits.sum(1), ones, atol=1e-3)),
             "outputs_are_log_probabilities": bool(
                 torch.allclose(torch.logsumexp(logits, 1), torch.zeros_like(ones), atol=1e-3)
             ),
             "tolerance": self.zero_tol,
+            "ce_tolerance": self.ce_zero_tol,
         }
 
 

@@ -2,7 +2,10 @@
 
 Each compares, per example, what different attacks of one run did: a weaker attack (single-step, random
 noise, gradient-free, another gradient mode) must never break a point the stronger white-box attack held,
-accuracy must never rise with the budget, and a point broken at any iterate must count as broken.
+accuracy must never rise with the budget, and a point broken at any iterate must count as broken. The four
+pairwise checks fire only when such points exceed their share ``tol`` AND outnumber the reverse pairs
+significantly: a one-sided exact McNemar test at ``alpha`` (default :data:`.compare.PAIRED_ALPHA`), so a
+handful of points the stronger attack offsets with its own exclusive breaks raises no alarm.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from robustbench_wave.evaluation.metrics import robust_accuracy
 
 from .base import CheckResult, RecordCheck, register_check
 from .compare import (
+    PAIRED_ALPHA,
     RECORD_THREATS,
+    Discordance,
     Pairing,
     attacked_eps,
     check_records,
     compare_groups,
+    decide,
     iterative_families,
     mode_view,
     pairwise_result,
@@ -40,12 +46,14 @@ class IterativeBeatsSingleStep(RecordCheck):
     """PGD/APGD must break every point FGSM breaks (Carlini et al. 2019 §5.1).
 
     A failure means the iterative attack is not following the gradient (bad step size, or a masked or noisy
-    loss surface), so the reported robust accuracy is over-estimated. Numbers: violations / compared per
-    (threat, eps) and the worst share.
+    loss surface), so the reported robust accuracy is over-estimated. It fires only when FGSM's exclusive
+    breaks exceed ``tol`` and significantly outnumber PGD's (one-sided exact McNemar at ``alpha``). Numbers:
+    violations / compared per (threat, eps), the reverse pairs, the p-value and the worst share.
     """
 
     name: ClassVar[str] = "iterative_beats_single_step"
     tol: float = 0.02  # share of compared points FGSM breaks but the iterative attack holds
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         rows = mode_view(check_records(records), mode)
@@ -64,6 +72,7 @@ class IterativeBeatsSingleStep(RecordCheck):
                 "is over-estimated",
                 "iterative attacks break every point single-step FGSM breaks",
             ),
+            alpha=self.alpha,
         )
 
 
@@ -117,12 +126,13 @@ def _white_box_against(
     mode: str,
     others: Callable[[pd.DataFrame], pd.Series],
     tol: float,
+    alpha: float,
     pairing: Pairing,
 ) -> CheckResult:
     """This mode's white-box attacks against the attacks ``others`` selects, on the points both judged."""
     rows = mode_view(check_records(records), mode)
     white_box = (rows["kind"] == WHITE_BOX) & (rows["grad_mode"] == mode)
-    return pairwise_result(name, rows, mode, white_box, others(rows), tol, pairing)
+    return pairwise_result(name, rows, mode, white_box, others(rows), tol, pairing, alpha=alpha)
 
 
 @register_check
@@ -131,11 +141,15 @@ class WhiteboxBeatsBlackbox(RecordCheck):
     """White-box attacks must break every point a black-box (Square) or transfer attack breaks (AutoAttack).
 
     A failure means the gradients the white-box attack follows are misleading: gradient masking (Athalye et
-    al. 2018; Croce & Hein 2020).
+    al. 2018; Croce & Hein 2020). It fires only when the points Square/transfer broke but white-box held
+    exceed ``tol`` and significantly outnumber the reverse pairs (one-sided exact McNemar at ``alpha``). A
+    transfer attack crafted on the model itself is a white-box restart: ``run_diagnostics`` relabels it
+    (:func:`.compare.as_white_box_restarts`) before this check reads the records.
     """
 
     name: ClassVar[str] = "whitebox_beats_blackbox"
     tol: float = 0.02  # share of compared points Square/transfer break but white-box holds
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         return _white_box_against(
@@ -144,6 +158,7 @@ class WhiteboxBeatsBlackbox(RecordCheck):
             mode,
             lambda rows: rows["kind"].isin(GRADIENT_FREE_KINDS),
             self.tol,
+            self.alpha,
             Pairing(
                 "white-box and black-box/transfer attacks",
                 "gradient-free or transfer attacks break points the white-box attacks miss: the gradients "
@@ -159,11 +174,14 @@ class WhiteboxBeatsBlackbox(RecordCheck):
 class WhiteboxBeatsNoise(RecordCheck):
     """White-box attacks must break every point random noise of the same norm breaks.
 
-    A failure means the attack is weaker than guessing: its gradients carry no information.
+    A failure means the attack is weaker than guessing: its gradients carry no information. It fires only
+    when those points exceed ``tol`` and significantly outnumber the reverse pairs (one-sided exact McNemar
+    at ``alpha``).
     """
 
     name: ClassVar[str] = "whitebox_beats_noise"
     tol: float = 0.02  # share of compared points noise breaks but white-box holds
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         return _white_box_against(
@@ -172,6 +190,7 @@ class WhiteboxBeatsNoise(RecordCheck):
             mode,
             lambda rows: rows["kind"] == AttackKind.NOISE.value,
             self.tol,
+            self.alpha,
             Pairing(
                 "white-box attacks and random noise",
                 "random noise of the same norm breaks points the white-box attack misses: the attack is "
@@ -188,11 +207,15 @@ class GradientModeGap(RecordCheck):
     transfer attacks.
 
     A failure means the robustness exists only because gradients are blocked or shattered: gradient masking
-    (Athalye et al. 2018). Numbers: both robust accuracies and violations / compared per (threat, eps).
+    (Athalye et al. 2018). It fires only when such points exceed ``tol`` and significantly outnumber the
+    points this mode broke and the others held (one-sided exact McNemar at ``alpha``); a transfer crafted on
+    the model itself counts as an exact-gradient white-box run. Numbers: both robust accuracies and
+    violations / compared per (threat, eps).
     """
 
     name: ClassVar[str] = "gradient_mode_gap"
     tol: float = 0.05  # share held in this mode but broken by the other evidence
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         check_records(records)
@@ -201,7 +224,7 @@ class GradientModeGap(RecordCheck):
             return CheckResult(self.name, None, {}, rows, mode)
         own, other = rows["_group"] == "own", rows["_group"] == "other"
         numbers: dict[str, Any] = {}
-        worst, compared = 0.0, False
+        found: dict[str, Discordance] = {}
         for threat in RECORD_THREATS:
             for eps in attacked_eps(rows[own], threat):
                 if rows[other & (rows["threat"] == threat)].empty:
@@ -209,19 +232,16 @@ class GradientModeGap(RecordCheck):
                 res = compare_groups(rows, own, other, threat, eps)
                 if res is None:
                     continue
-                v, n = res
-                compared = True
+                key = f"{threat}@{eps:.4g}"
+                found[key] = res
                 acc_mode, _ = robust_accuracy(rows[~other], threat, eps)
                 acc_other, _ = robust_accuracy(rows[~own], threat, eps)
-                numbers[f"{threat}@{eps:.4g}"] = (
-                    f"{mode} {acc_mode:.3f} vs others {acc_other:.3f}, gap {v}/{n}"
-                )
-                worst = max(worst, v / n)
-        if not compared:
+                numbers[key] = f"{mode} {acc_mode:.3f} vs others {acc_other:.3f}, gap {res.text()}"
+        if not found:
             return CheckResult(self.name, None, numbers, "not measurable: no example attacked in both", mode)
-        numbers["worst_gap_share"] = worst
-        numbers["tolerance"] = self.tol
-        passed = worst <= self.tol
+        passed, extra, note = decide(found, self.tol, self.alpha)
+        numbers["worst_gap_share"] = extra.pop("worst_share")
+        numbers.update(extra)
         meaning = (
             f"robustness under {mode} gradients is confirmed by the other modes and gradient-free attacks"
             if passed
@@ -229,7 +249,7 @@ class GradientModeGap(RecordCheck):
             "gradient-free / transfer attacks: this robustness exists only because gradients are blocked or "
             "shattered -- gradient masking (Athalye et al. 2018)"
         )
-        return CheckResult(self.name, passed, numbers, meaning, mode)
+        return CheckResult(self.name, passed, numbers, meaning + note, mode)
 
     @staticmethod
     def _groups(records: pd.DataFrame, mode: str) -> pd.DataFrame | str:
