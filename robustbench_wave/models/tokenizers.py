@@ -4,7 +4,9 @@
   :class:`OverlapPatchEmbed`, its variant with a kernel larger than its stride, when ``overlap > 0``.
 * ``wavelet`` -- :class:`WaveletEmbed`, the wavelet tokenizer (Zhu & Soricut 2024): the fixed
   :class:`~robustbench_wave.models.wavelet.WaveletFrontEnd` followed by the learned block-sparse projection
-  ``Q = blockdiag(Q_L, ..., Q_1)`` (one ``Linear(C_k, H_k)`` per level) and optional dense layers.
+  ``Q = blockdiag(Q_L, ..., Q_1)`` (one ``Linear(C_k, H_k)`` per level) and optional dense layers; with
+  ``projection = "dense"`` one ``Linear(C, H)`` over the whole token instead (an ablation: with db1 at
+  ``L = 2`` on gray images that is the patch tokenizer up to a fixed rotation of each 4x4 block).
 
 Every tokenizer follows the ``PatchEmbed`` constructor contract (``img_size, patch_size, in_chans,
 embed_dim, bias``) and exposes ``num_patches``, ``grid_size``, ``patch_size`` and ``feat_ratio()``, as timm's
@@ -190,6 +192,21 @@ def resolve_token_widths(
     return widths
 
 
+class ProjectionKind(str, Enum):
+    """The wavelet tokenizer's learned projection (the ``projection`` value of a wavelet spec)."""
+
+    BLOCK = "block"  # the paper's block-sparse Q = blockdiag(Q_L, ..., Q_1)
+    DENSE = "dense"  # one Linear(C, H) over the whole token: the ablation of the block structure
+
+    @classmethod
+    def parse(cls, value: str) -> ProjectionKind:
+        try:
+            return cls(value)
+        except ValueError:
+            names = " or ".join(repr(k.value) for k in cls)
+            raise ValueError(f"projection must be {names}, got {value!r}") from None
+
+
 class BlockSparseProjection(nn.Module):
     """``E = [W_L Q_L, ..., W_1 Q_1]``: one ``Linear(C_k, H_k)`` per level block, outputs concatenated."""
 
@@ -215,7 +232,8 @@ class WaveletEmbed(nn.Module):
     ``patch_size`` is accepted for timm's constructor contract; the token grid is set by ``levels``
     (one token per ``2^L x 2^L`` region). When the token width ``H = Σ H_k`` differs from the body's
     ``embed_dim`` a final ``Linear(H, embed_dim)`` adapts it (the source paper, Zhu & Soricut 2024 §5.3,
-    treats them as separate knobs).
+    treats them as separate knobs). ``projection = "dense"`` replaces the block-sparse projection by one
+    ``Linear(C, H)`` (``H = Σ H_k``; only the sum of ``token_widths`` matters then).
     """
 
     def __init__(
@@ -234,6 +252,7 @@ class WaveletEmbed(nn.Module):
         token_widths: str | Sequence[int] = TokenWidthRule.PROPORTIONAL.value,
         fine_fraction: float = 0.5,
         dense_layers: int = 0,
+        projection: str = ProjectionKind.BLOCK.value,
         **unused,
     ) -> None:
         super().__init__()
@@ -250,8 +269,13 @@ class WaveletEmbed(nn.Module):
             size, in_chans, levels, wavelet, zero_fraction, exempt_approximation, level_shift
         )
         widths = resolve_token_widths(token_widths, self.front_end.block_sizes, embed_dim, fine_fraction)
-        self.projection = BlockSparseProjection(self.front_end.block_sizes, widths, bias=bias)
         token_width = sum(widths)
+        self.projection_kind = ProjectionKind.parse(projection)
+        self.projection: nn.Module = (
+            BlockSparseProjection(self.front_end.block_sizes, widths, bias=bias)
+            if self.projection_kind is ProjectionKind.BLOCK
+            else nn.Linear(self.front_end.embed_dim, token_width, bias=bias)
+        )
         dense: list[nn.Module] = []
         for _ in range(dense_layers):
             dense += [nn.Linear(token_width, token_width), nn.GELU()]

@@ -21,7 +21,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from robustbench_wave.models.tokenizers import Tokenizer, get_tokenizer
-from robustbench_wave.models.zoo import load_spec
+from robustbench_wave.models.zoo import input_normalized, load_spec
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ImageClassifier(nn.Module):
 
     Whether the data set's mean/std normalise the input is the tokenizer's ``normalize_input``: the wavelet
     tokenizer works on [0, 1] pixels (its YCbCr offsets assume that scale), the patch tokenizer gets the
-    usual normalization.
+    usual normalization. A spec's top-level ``normalize_input`` overrides it (an ablation).
     """
 
     def __init__(self, body: nn.Module, in_chans: int, img_size: int, normalize: Normalize | None) -> None:
@@ -165,6 +165,7 @@ def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifie
     """Build a zoo model (name, TOML path or resolved spec) for a data set described by ``info``.
 
     ``info`` is a :class:`robustbench_wave.data.DatasetInfo` (num_classes, in_chans, img_size, mean, std).
+    The spec's optional ``normalize_input`` overrides the tokenizer's choice of input standardisation.
     """
     spec = load_spec(name_or_spec) if not isinstance(name_or_spec, dict) else name_or_spec
     body = timm.create_model(
@@ -182,7 +183,7 @@ def build_model(name_or_spec: str | dict[str, Any], info: Any) -> ImageClassifie
         body = apply_token_pooling(body, TokenPoolConfig.from_dict(spec["tokenpool"]))
     normalize = (
         Normalize(tuple(info.mean), tuple(info.std))
-        if get_tokenizer(spec["tokenizer"]).normalize_input
+        if input_normalized(spec, get_tokenizer(spec["tokenizer"]).normalize_input)
         else None
     )
     model = ImageClassifier(body, info.in_chans, info.img_size, normalize)

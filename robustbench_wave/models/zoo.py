@@ -5,7 +5,9 @@ uses the same transformer and differs only where the comparison wants it to.  ``
 name or the path of a TOML file with the same fields.  A spec is checked when it is read: its ``name``
 becomes a run folder, so it must be a safe folder name (:func:`robustbench_wave.runfolder.check_safe_name`),
 and the body sizes must make a transformer, so that a bad spec ends with one line naming the file and field
-instead of a traceback from deep inside timm.
+instead of a traceback from deep inside timm.  An optional top-level ``normalize_input = true|false``
+overrides the tokenizer's default (whether the model standardises its [0, 1] inputs with the data set's
+mean/std), for ablations; a spec without it resolves exactly as before (so its sha256 does not move).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
         )
     if not isinstance(spec["tokenizer_args"], dict):
         raise ValueError(f"{path}: 'tokenizer_args' must be a table, got {spec['tokenizer_args']!r}")
+    check_normalize_input(spec, str(path))
     body = spec.get("body", "tiny")
     if isinstance(body, str):
         bodies = load_bodies(zoo_dir)
@@ -87,6 +90,23 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     else:
         raise ValueError(f"{path}: 'body' must be a body name or a table of sizes, got {body!r}")
     return spec
+
+
+def check_normalize_input(spec: dict[str, Any], where: str) -> None:
+    """``normalize_input``, when a spec sets it, must be a TOML boolean (a string "false" would be truthy)."""
+    value = spec.get("normalize_input")
+    if "normalize_input" in spec and not isinstance(value, bool):
+        raise ValueError(
+            f"{where}: normalize_input = {value!r} must be true or false (whether the model standardises its "
+            f"[0, 1] inputs with the data set's mean/std); leave it out for the tokenizer's default"
+        )
+
+
+def input_normalized(spec: dict[str, Any], default: bool) -> bool:
+    """Whether a model built from ``spec`` standardises its inputs: the spec's ``normalize_input`` if set,
+    else ``default`` (the tokenizer's)."""
+    check_normalize_input(spec, f"model spec {spec.get('name', '(unnamed)')!r}")
+    return bool(spec.get("normalize_input", default))
 
 
 def check_body(body: dict[str, Any], where: str) -> None:
