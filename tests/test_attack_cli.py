@@ -74,15 +74,23 @@ def test_cli_writes_a_run_folder_and_resumes(tmp_path, capsys, fake_checkpoints:
         "config.json",
     ):
         assert (run_dir / name).exists(), name
-    records, meta, _ = read_run(run_dir)
-    assert set(records["attack"]) == {"clean", "noise_uniform", "fgsm", "pgd_linf", "transfer_pgd_linf"}
+    records, meta = read_run(run_dir)
+    suite = {"clean", "noise_uniform", "fgsm", "pgd_linf", "transfer_pgd_linf"}
+    # by default the gradient attacks are cross-checked at the reference budget (the middle of the grid)
+    crossed = {"fgsm@builtin", "fgsm@foolbox", "pgd_linf@torchattacks", "pgd_linf@foolbox"}
+    assert set(records["attack"]) == suite | crossed
+    assert set(records.loc[records["attack"].isin(crossed), "eps"]) == {0.03}
+    assert meta["attacks"]["pgd_linf"]["cross_check"] == {
+        "backends": ["torchattacks", "foolbox"],
+        "eps": [0.03],
+    }
     assert records["example_id"].nunique() == 10
     assert meta["models"]["tiny"]["checkpoint_sha256"] == "sha-tiny"
     assert meta["models"]["tiny"]["surrogate"]["name"] == "tiny2"
     assert meta["run"]["config"]["n_examples"] == 10
     # a second identical invocation resumes every chunk and reproduces the records (batch size may differ)
     assert attack.main(_args(tmp_path, "--surrogate", "tiny2", "--batch-size", "7")) == 0
-    again, meta2, _ = read_run(run_dir)
+    again, meta2 = read_run(run_dir)
     assert meta2["models"]["tiny"]["resumed_chunks"] == 4
     pd.testing.assert_frame_equal(records, again)
     # another configuration in the same folder is refused unless --overwrite

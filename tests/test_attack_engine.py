@@ -10,7 +10,7 @@ import torch
 
 from robustbench_wave.attacks import BudgetViolation, RunnerSpec, RunOutput, parse_suite
 from robustbench_wave.evaluation import EvaluationResult, evaluate, evaluator
-from robustbench_wave.evaluation.metrics import WORST, example_flags
+from robustbench_wave.evaluation.metrics import WORST, example_flags, middle_budget, robust_flags
 from robustbench_wave.evaluation.records import COLUMNS, DTYPES
 from tests.support.attack_models import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
 
@@ -289,8 +289,53 @@ def test_cross_check_runs_the_other_backends_on_the_same_points() -> None:
     fgsm = xc[xc["attack"] == "fgsm"]
     assert (fgsm["n_disagree"] == 0).all()  # three implementations of the same formula
     assert (xc["difference"].abs() <= 0.25).all()
-    # cross-check records never enter the worst case
-    assert set(r.records["backend"]) == {"builtin", "torchattacks"}
+    # the other back-ends' runs are records of attacks name@backend
+    crossed = r.records[r.records["attack"].str.contains("@", regex=False)]
+    assert set(zip(crossed["attack"], crossed["backend"])) == {
+        ("fgsm@foolbox", "foolbox"),
+        ("fgsm@builtin", "builtin"),
+        ("pgd_linf@torchattacks", "torchattacks"),
+        ("pgd_linf@foolbox", "foolbox"),
+    }
+
+
+def test_every_break_counts_whichever_back_end_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A primary back-end that finds nothing (it returns the clean image) and a cross-checking one that
+    works: the worst case is the union, so the cross-check's breaks alone make it; the table says who found
+    them; and a point broken by the cross-check at one eps is not attacked again at a larger one."""
+    registered = evaluator.get_runner
+    blind = RunnerSpec("pgd", "builtin", lambda model, x, *rest: RunOutput(x.clone()), True)
+
+    def get_runner(family: str, backend: str) -> RunnerSpec:
+        return blind if (family, backend) == ("pgd", "builtin") else registered(family, backend)
+
+    monkeypatch.setattr(evaluator, "get_runner", get_runner)
+    model = small_cnn()
+    x, y = _data(model, 24)
+    suite = DETERMINISTIC.select(["pgd_linf"])
+    r = evaluate(model, x, y, suite, cross_check="all", progress=False, skip_broken=True)
+    rows = r.records
+    primary = rows[rows["attack"] == "pgd_linf"]
+    assert not (primary["attacked"] & ~primary["correct"]).any()  # the blind back-end broke nothing
+    cross = rows[rows["attack"].str.startswith("pgd_linf@")]
+    broken = cross[cross["attacked"] & ~cross["correct"]]
+    assert len(broken) > 0
+    for eps in sorted(set(rows.loc[rows["threat"] == "Linf", "eps"])):
+        by_cross = set(broken.loc[broken["eps"] <= eps + 1e-12, "example_id"])
+        clean = set(rows.loc[(rows["attack"] == "clean") & rows["correct"], "example_id"])
+        flags = robust_flags(rows, "Linf", eps)
+        assert set(flags[flags].index) == clean - by_cross, eps
+    first = min(broken["eps"])
+    first_broken = broken.loc[broken["eps"] == first, "example_id"]
+    later = primary[(primary["eps"] > first) & primary["example_id"].isin(first_broken)]
+    assert len(later) and not later["attacked"].any()  # skipped: already broken by the cross-check
+    agreement = r.crosscheck()
+    assert (agreement["n_only_primary"] == 0).all() and agreement["n_only_backend"].sum() == len(broken)
+    # 'headline' cross-checks the middle budget of the grid only
+    head = evaluate(model, x, y, suite, cross_check="headline", progress=False)
+    assert set(head.records.loc[head.records["attack"].str.contains("@", regex=False), "eps"]) == {
+        middle_budget(EPS["Linf"])
+    }
 
 
 def test_input_validation() -> None:

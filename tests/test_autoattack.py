@@ -28,14 +28,16 @@ def test_the_suite_is_autoattacks_standard_version() -> None:
     assert "Croce & Hein 2020" in s.description
     for threat in ("Linf", "L2"):
         entries = [a for a in s.attacks if a.threat == threat]
-        assert [a.family for a in entries] == MEMBERS
-        apgd, apgdt, fabt, square = entries
+        assert [a.family for a in entries] == [*MEMBERS, "pgd"]
+        apgd, apgdt, fabt, square, second = entries
+        assert second.params["loss"] == "dlr" and second.params["steps"] == 100
+        assert second.resolve_backend() == "builtin" and second.able_backends() == ["builtin", "foolbox"]
         assert apgd.params["loss"] == "ce" and apgd.params["steps"] == 100 and apgd.params["restarts"] == 1
         assert apgdt.params["steps"] == 100 and apgdt.params["n_target_classes"] == 9
         assert apgdt.params["restarts"] == 1 and apgdt.params["eot_iter"] == 1
         assert fabt.params["steps"] == 100 and fabt.params["n_target_classes"] == 9
         assert square.params["n_queries"] == 5000 and square.params["p_init"] == 0.8
-        assert {a.resolve_backend() for a in entries} == {"torchattacks"}
+        assert {a.resolve_backend() for a in entries[:4]} == {"torchattacks"}
     assert s.resolved_eps("cifar10") == {"Linf": [2 / 255, 4 / 255, 8 / 255], "L2": [0.25, 0.5]}
     assert s.resolved_eps("fashion-mnist") == {"Linf": [0.1, 0.2], "L2": [1.0, 1.5]}
     assert s.resolved_eps("imagefolder-pets") == s.resolved_eps("cifar10")  # the colour standard
@@ -150,9 +152,10 @@ def test_cross_check_skips_a_backend_that_cannot_run_the_entry() -> None:
     suite = parse_suite({"eps": {"default": {"Linf": [0.05]}}, "attack": attacks})
     y = model(x).argmax(1).detach()
     result = evaluate(model, x, y, suite, progress=False, cross_check=True, backend="torchattacks")
-    backends = result.crosscheck_records.groupby("attack")["backend"].unique().map(sorted).to_dict()
-    assert backends == {"pgd_dlr": ["foolbox"], "pgd_ce": ["builtin", "foolbox"]}
+    crossed = result.records[result.records["attack"].str.contains("@", regex=False)]
+    assert sorted(set(crossed["attack"])) == ["pgd_ce@builtin", "pgd_ce@foolbox", "pgd_dlr@foolbox"]
     used = result.records.groupby("attack")["backend"].unique().map(list).to_dict()
+    assert used["pgd_dlr@foolbox"] == ["foolbox"]
     assert used["pgd_dlr"] == ["builtin"] and used["pgd_ce"] == ["torchattacks"]
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from robustbench_wave import attack, cli, report
+from robustbench_wave.evaluation import metrics
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_shard_folders, shard_dir
@@ -143,7 +144,6 @@ def test_save_records_hash_and_rows_and_keeps_records_bytes(tmp_path) -> None:
         "rows": len(_records()),
     }
     assert rec.write_records(_records(), tmp_path / "again.csv.gz").read_bytes() == data  # records unchanged
-    assert rec.META_CROSSCHECK not in meta
     assert load_run(run).records.shape == (len(_records()), len(rec.COLUMNS))
 
 
@@ -211,17 +211,16 @@ def test_records_of_another_configuration_are_refused(tmp_path) -> None:
     assert not (run / TABLE_FILES["text"]).exists()
 
 
-def test_crosscheck_file_must_be_the_recorded_one(tmp_path) -> None:
+def test_a_cross_check_file_of_older_versions_is_not_read(tmp_path) -> None:
+    """Cross-check rows live in records.csv.gz now (attacks name@backend, counted in the worst case); a
+    crosscheck_records.csv.gz left by an older version must not change what the folder reports."""
     run = _saved_run(tmp_path / "run")
-    rec.write_records(_records(), run / rec.CROSSCHECK_FILE)  # left from another run
-    with pytest.raises(ValueError, match=r"crosscheck_records\.csv\.gz is not recorded in meta\.json"):
-        load_run(run)
-    run2 = tmp_path / "run2"
-    EvaluationResult(_records(), _meta(), crosscheck_records=_records()).save(run2)
-    assert load_run(run2).crosscheck is not None
-    (run2 / rec.CROSSCHECK_FILE).unlink()
-    with pytest.raises(ValueError, match=r"crosscheck_records.csv.gz does not match meta.json \(no file"):
-        load_run(run2)
+    before = load_run(run)
+    legacy = _records().assign(correct=False, attacked=True)
+    rec.write_records(legacy, run / rec.CROSSCHECK_FILE)
+    after = load_run(run)
+    pd.testing.assert_frame_equal(after.records, before.records)
+    assert not len(metrics.backend_agreement(after.records))
 
 
 # ------------------------------------------------------------------------------------- lock and --out

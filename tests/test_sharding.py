@@ -130,7 +130,7 @@ def reference(weights: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
         mp.setenv(WEIGHTS_ENV, str(weights))
         mp.setattr(checkpoint, "load_trained", _load_trained)
         assert attack.main(_args(out, weights, "--no-diagnostics")) == 0
-    records, _, _ = read_run(_run_dir(out))
+    records, _ = read_run(_run_dir(out))
     # the run must exercise both kinds of seeding and points the attacks break and leave standing
     assert records["attacked"].any() and (records["attacked"] & ~records["correct"]).any()
     assert (records["attacked"] & records["correct"] & (records["attack"] == "square")).any()

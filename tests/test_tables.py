@@ -187,7 +187,7 @@ def test_report_cli_rebuilds_identical_tables_from_records(tmp_path, capsys) -> 
     )
     run = EvaluationResult.merge([run])
     run.save(tmp_path)
-    tables.write_tables(run.records, tmp_path, meta=run.meta, cross=run.crosscheck_records)
+    tables.write_tables(run.records, tmp_path, meta=run.meta)
     names = ["summary.csv", "table.csv", "table.tex", "table_worst.tex", "table.txt", "crosscheck.csv"]
     original = {n: (tmp_path / n).read_bytes() for n in names}
     for n in names:

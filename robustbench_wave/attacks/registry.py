@@ -129,7 +129,7 @@ class AttackFamily:
     def backends(self) -> tuple[str, ...]:
         """The default back-end first, then the other registered ones in :data:`BACKENDS` order, cyclically.
 
-        (The cross-check runs the others in this order, so it fixes the row order of crosscheck_records.)
+        (The cross-check runs the others in this order, so it fixes the order of their records.)
         """
         have = {b for f, b in _RUNNERS if f == self.name}
         start = BACKENDS.index(self.default_backend)

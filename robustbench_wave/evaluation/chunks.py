@@ -1,9 +1,9 @@
 """Resume: finished (model, attack, gradient mode) chunks on disk, reused only for the same configuration.
 
-A long evaluation is a sequence of chunks; each finished chunk's records (and cross-check records) are saved
+A long evaluation is a sequence of chunks; each finished chunk's records (a cross-check's rows among them) are saved
 with a JSON marker written last, so a killed run resumes from the last complete chunk (AutoAttack saves its
 state for the same reason). The marker holds the configuration fingerprint (:func:`config_fingerprint`:
-suite, budgets, data, weights, model specs, seed, modes, back-ends); a chunk made under any other
+suite, budgets, data, weights, model specs, seed, modes, back-ends, cross-check); a chunk made under any other
 configuration is ignored, never mixed in. A chunk whose files cannot be read (a truncated or hand-edited
 file) is treated as missing and computed again, with a warning naming the file.
 """
@@ -57,7 +57,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "model"
 
 
-Chunk = tuple[pd.DataFrame, pd.DataFrame | None, list[dict[str, Any]]]  # records, cross-check, timing
+Chunk = tuple[pd.DataFrame, list[dict[str, Any]]]  # records (a cross-check's rows included), timing
 
 #: What reading a damaged chunk file raises (truncated or non-gzip data, a bad CSV, missing columns, bad JSON).
 UNREADABLE = (ValueError, OSError, EOFError, KeyError, zlib.error)
@@ -92,9 +92,9 @@ class ChunkCache:
     def _stem(self, model: str, attack: str, mode: str) -> Path:
         return self.dir / f"{_safe(model)}__{_safe(attack)}__{mode}"
 
-    def load(self, model: str, attack: str, mode: str, need_cross: bool) -> Chunk | None:
-        """The saved chunk, or None when it is missing, incomplete, stale, unreadable or lacks needed
-        cross-checks (the caller then computes it again)."""
+    def load(self, model: str, attack: str, mode: str) -> Chunk | None:
+        """The saved chunk, or None when it is missing, incomplete, stale or unreadable (the caller then
+        computes it again)."""
         stem = self._stem(model, attack, mode)
         info = _read_marker(stem.with_suffix(".json"))
         if info is None:
@@ -102,29 +102,18 @@ class ChunkCache:
         if info.get("fingerprint") != self.fingerprint:
             log.info("ignoring stale chunk %s (configuration changed)", stem.name)
             return None
-        if need_cross and not info.get("crosscheck"):
-            return None
-        path, xpath = Path(f"{stem}.csv.gz"), Path(f"{stem}.xcheck.csv.gz")
+        path = Path(f"{stem}.csv.gz")
         try:
             records = rec.read_records(path)
-            cross = rec.read_records(xpath) if xpath.exists() else None
         except UNREADABLE as err:
             log.warning("recomputing chunk %s: a file of it is unreadable (%s)", path, _one_line(err))
             return None
-        if need_cross and cross is None:
-            log.warning("recomputing chunk %s: its cross-check records %s are missing", path, xpath.name)
-            return None
         timing = info.get("timing", [])
-        return records, cross, timing if isinstance(timing, list) else []
+        return records, timing if isinstance(timing, list) else []
 
-    def save(self, model: str, attack: str, mode: str, chunk: Chunk, crosscheck: bool) -> None:
-        records, cross, timing = chunk
+    def save(self, model: str, attack: str, mode: str, chunk: Chunk) -> None:
+        records, timing = chunk
         stem = self._stem(model, attack, mode)
         rec.write_records(records, Path(f"{stem}.csv.gz"))
-        if cross is not None:
-            rec.write_records(cross, Path(f"{stem}.xcheck.csv.gz"))
         # the JSON is written last: its presence marks the chunk complete
-        atomic_write_json(
-            stem.with_suffix(".json"),
-            {"fingerprint": self.fingerprint, "timing": timing, "crosscheck": crosscheck},
-        )
+        atomic_write_json(stem.with_suffix(".json"), {"fingerprint": self.fingerprint, "timing": timing})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -62,7 +63,8 @@ from robustbench_wave.evaluation.chunks import (
 )
 from robustbench_wave.evaluation.execute import Progress, predict, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
-from robustbench_wave.evaluation.plan import SHARED, EvalSettings, Plan
+from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
+from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Plan
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
@@ -139,8 +141,8 @@ def _fingerprint(
     modes: list[str],
     specs: Mapping[str, str] | None = None,
 ) -> str:
-    """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs`` only
-    when given, so the fingerprints of callers without them stay what they were."""
+    """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs`` and the
+    cross-check only when present, so the fingerprints of callers without them stay what they were."""
     suite = {k: v for k, v in plan.suite.to_dict().items() if k not in ("description", "source")}
     return config_fingerprint(
         {
@@ -156,6 +158,7 @@ def _fingerprint(
             "dataset": settings.dataset,
         }
         | ({"specs": dict(specs)} if specs else {})
+        | ({"cross_check": {n: dataclasses.asdict(c) for n, c in plan.cross.items()}} if plan.cross else {})
     )
 
 
@@ -213,10 +216,21 @@ def _records(
     )
 
 
-def _block(run: _Run, entry: AttackEntry, mode: str, eps: float, backend: str) -> rec.RecordBlock:
+def _block(
+    run: _Run, entry: AttackEntry, mode: str, eps: float, backend: str, attack: str | None = None
+) -> rec.RecordBlock:
+    """The shared columns of one block; ``attack`` names a cross-check's rows (default: the entry's name)."""
     s = run.settings
     return rec.RecordBlock(
-        s.model_name, s.dataset, mode, entry.name, entry.family, entry.kind, entry.threat, eps, backend
+        s.model_name,
+        s.dataset,
+        mode,
+        attack or entry.name,
+        entry.family,
+        entry.kind,
+        entry.threat,
+        eps,
+        backend,
     )
 
 
@@ -311,33 +325,39 @@ def _run_eps(
 def _cross_check_eps(
     run: _Run, entry: AttackEntry, mode: str, backend: str, eps: float, idx: torch.Tensor
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Another back-end on exactly the points the primary one attacked (never part of the worst case)."""
+    """Another back-end on exactly the points the primary one attacked. Its rows are the records of attack
+    ``entry@backend``, and its breaks count: an audited adversarial example is a break whoever found it."""
     t0 = time.perf_counter()
-    run_mode = GradMode.EXACT.value if mode == SHARED else mode
     spec = get_runner(entry.family, backend)
-    outcome = _attack_points(run, spec, entry, eps, idx, run_mode, f"{entry.name} ({backend})")
+    label = cross_attack_name(entry.name, backend)
+    outcome = _attack_points(run, spec, entry, eps, idx, mode, label)
     attacked = torch.zeros(len(run.labels), dtype=torch.bool)
     attacked[idx] = True
-    frame = _records(run, _block(run, entry, mode, eps, backend), attacked, idx, outcome)
-    return frame, {**_timing(entry, mode, eps, backend, len(idx), t0), "crosscheck": True}
+    frame = _records(run, _block(run, entry, mode, eps, backend, label), attacked, idx, outcome)
+    run.state.mark_broken(
+        mode, entry.threat, eps, torch.from_numpy(np.array(frame["attacked"] & ~frame["correct"], dtype=bool))
+    )
+    return frame, {**_timing(entry, mode, eps, backend, len(idx), t0), "attack": label, "crosscheck": True}
 
 
 def _run_chunk(
-    run: _Run, entry: AttackEntry, mode: str, backend: str, eps_list: Sequence[float], cross: Sequence[str]
+    run: _Run, entry: AttackEntry, mode: str, backend: str, eps_list: Sequence[float], cross: CrossPlan | None
 ) -> Chunk:
-    """Every eps of one (attack, mode) chunk, ascending, with its cross-checks."""
+    """Every eps of one (attack, mode) chunk, ascending; at a cross-checked eps the other back-ends run on the
+    points the primary one attacked, before the next eps (so their breaks count there and above)."""
     entry, note = _one_step_if_blocked(run, entry, mode)
-    frames, xframes, timing = [], [], []
+    frames, timing = [], []
     for eps in eps_list:
         eps_frames, eps_timing, idx = _run_eps(run, entry, mode, backend, eps, note)
         frames += eps_frames
         timing.append(eps_timing)
-        for other in cross:
+        crossed = cross is not None and any(math.isclose(eps, e, abs_tol=EPS_TOL) for e in cross.eps)
+        for other in cross.backends if crossed else ():
             xframe, xtiming = _cross_check_eps(run, entry, mode, other, eps, idx)
-            xframes.append(xframe)
+            frames.append(xframe)
             timing.append(xtiming)
         run.pbar.update(1)
-    return rec.concat(frames), (rec.concat(xframes) if cross else None), timing
+    return rec.concat(frames), timing
 
 
 def _chunk(
@@ -345,20 +365,15 @@ def _chunk(
 ) -> tuple[Chunk, bool]:
     """One chunk, and whether it came from the cache (a finished chunk of this configuration)."""
     name = run.settings.model_name
-    backend = plan.backends[entry.name]
-    cross = (
-        [b for b in entry.able_backends() if b != backend]
-        if run.settings.cross_check and entry.spec.grad_dependent
-        else []
-    )
-    cached = cache.load(name, entry.name, mode, bool(cross)) if cache else None
+    cached = cache.load(name, entry.name, mode) if cache else None
     if cached is not None:
         run.state.apply_records(cached[0], run.ids.tolist())
         run.pbar.update(len(plan.entry_eps[entry.name]))
         return cached, True
-    chunk = _run_chunk(run, entry, mode, backend, plan.entry_eps[entry.name], cross)
+    cross = plan.cross.get(entry.name) if mode != SHARED else None
+    chunk = _run_chunk(run, entry, mode, plan.backends[entry.name], plan.entry_eps[entry.name], cross)
     if cache:
-        cache.save(name, entry.name, mode, chunk, bool(cross))
+        cache.save(name, entry.name, mode, chunk)
     return chunk, False
 
 
@@ -386,7 +401,7 @@ def _attack_all(run: _Run, plan: Plan, cache: ChunkCache | None) -> tuple[list[C
                 chunk, from_cache = _chunk(run, plan, entry, mode, cache)
                 resumed += from_cache
                 chunks.append(chunk)
-                log.info("%s %s [%s]: %.1f s", name, entry.name, mode, sum(t["seconds"] for t in chunk[2]))
+                log.info("%s %s [%s]: %.1f s", name, entry.name, mode, sum(t["seconds"] for t in chunk[1]))
     return chunks, resumed
 
 
@@ -409,7 +424,7 @@ def evaluate(
     surrogate_name: str | None = None,
     model_name: str = "model",
     progress: bool = True,
-    cross_check: bool = False,
+    cross_check: bool | str = False,
     cache_dir: str | Path | None = None,
     example_ids: Sequence[int] | torch.Tensor | None = None,
     device: str | torch.device | None = None,
@@ -420,8 +435,9 @@ def evaluate(
 
     ``dataset`` (a DatasetInfo or its name) picks the suite's eps block; ``backend`` ('auto', 'builtin',
     'torchattacks', 'foolbox') overrides the family defaults where the family supports it (PGD defaults to
-    'builtin', FGSM/APGD/Square to 'torchattacks'); ``cross_check`` runs every other backend of each
-    gradient attack on the same points (results in ``crosscheck_records``, never in the worst case).
+    'builtin', FGSM/APGD/Square to 'torchattacks'); ``cross_check`` ('off' / False, 'headline', 'all' / True:
+    :class:`~robustbench_wave.evaluation.plan.CrossCheck`) also runs every other back-end of each gradient
+    attack on the points the primary one attacked, as records of attack ``name@backend`` whose breaks count.
     ``specs`` (e.g. the hashes of the zoo specs that built ``model`` and ``surrogate``) identify what the
     weights alone do not: a cached chunk made under other specs is never resumed.
     """
@@ -434,7 +450,7 @@ def evaluate(
     data = _check_inputs(images, labels, example_ids)
     modes = resolve_grad_modes(model, grad_modes)
     dev = _check_device(model, device)
-    plan = Plan.make(suite, dataset, backend, surrogate is not None, data[0])
+    plan = Plan.make(suite, dataset, backend, surrogate is not None, data[0], settings.cross_check)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     with _attack_context(model, surrogate, seed, getattr(dataset, "num_classes", None)) as ctx:
@@ -447,7 +463,7 @@ def evaluate(
         clean_correct=run.clean_correct,
         surrogate=surrogate,
         surrogate_name=surrogate_name,
-        timing=[clean[1]] + [t for c in chunks for t in c[2]],
+        timing=[clean[1]] + [t for c in chunks for t in c[1]],
         resumed=resumed,
         seconds=time.perf_counter() - t_start,
         extra=extra_meta,
@@ -456,11 +472,9 @@ def evaluate(
     return _result(clean[0], chunks, meta)
 
 
-def _result(clean: list[pd.DataFrame], chunks: list[Any], meta: dict[str, Any]) -> EvaluationResult:
-    """The records in suite order (clean first), the cross-check records if any, and the meta."""
-    cross = [c[1] for c in chunks if c[1] is not None]
-    records = rec.concat(clean + [c[0] for c in chunks])
-    return EvaluationResult(records, meta, rec.concat(cross) if cross else None)
+def _result(clean: list[pd.DataFrame], chunks: list[Chunk], meta: dict[str, Any]) -> EvaluationResult:
+    """The records in suite order (clean first), each cross-check after its primary attack, and the meta."""
+    return EvaluationResult(rec.concat(clean + [c[0] for c in chunks]), meta)
 
 
 def _start(

@@ -75,6 +75,7 @@ def _attacks_meta(plan: Plan) -> dict[str, Any]:
             "grad_modes": "each" if e.spec.grad_dependent else "shared (run once, replicated to every mode)",
             "skipped": plan.skipped.get(e.name),
         }
+        | ({"cross_check": dataclasses.asdict(plan.cross[e.name])} if e.name in plan.cross else {})
         for e in plan.suite.attacks
     }
 

@@ -215,12 +215,16 @@ def summarize(records: pd.DataFrame) -> pd.DataFrame:
     return summarize_flags(example_flags(records))
 
 
-def backend_agreement(records: pd.DataFrame, cross: pd.DataFrame) -> pd.DataFrame:
-    """Backend agreement on identical points: robust accuracy of each backend on the points both attacked."""
+def backend_agreement(records: pd.DataFrame) -> pd.DataFrame:
+    """Back-end agreement on identical points: each cross-check's rows (attack ``name@backend``) against
+    its primary attack's, on the points both attacked. ``n_only_backend`` / ``n_only_primary`` count the
+    points one broke and the other did not: what each back-end found (all of it counts in the worst case)."""
     key = ["model", "grad_mode", "attack", "eps", "example_id"]
-    prim = records.loc[records["attacked"], [*key, "backend", "correct"]]
-    other = cross.loc[cross["attacked"], [*key, "backend", "correct"]]
-    both = other.merge(prim, on=key, suffixes=("", "_primary"))
+    attacked = records.loc[records["attacked"], [*key, "backend", "correct"]]
+    parts = attacked["attack"].map(split_cross_attack)
+    is_cross = parts.map(lambda p: p[1] is not None).astype(bool)
+    other = attacked[is_cross].assign(attack=parts[is_cross].map(lambda p: p[0]))
+    both = other.merge(attacked[~is_cross], on=key, suffixes=("", "_primary"))
     rows = []
     for (model, mode, attack, eps, backend), g in both.groupby(
         ["model", "grad_mode", "attack", "eps", "backend"], sort=False
@@ -239,9 +243,26 @@ def backend_agreement(records: pd.DataFrame, cross: pd.DataFrame) -> pd.DataFram
                 "robust_accuracy_backend": acc_o,
                 "difference": acc_o - acc_p,
                 "n_disagree": int((g["correct"] != g["correct_primary"]).sum()),
+                "n_only_backend": int((~g["correct"] & g["correct_primary"]).sum()),
+                "n_only_primary": int((g["correct"] & ~g["correct_primary"]).sum()),
             }
         )
     return pd.DataFrame(rows)
+
+
+# -------------------------------------------------------------------------------------------- cross-checks
+CROSS_SEP = "@"  # suite entry names cannot hold it (attacks.suite), so ``attack@backend`` is unambiguous
+
+
+def cross_attack_name(attack: str, backend: str) -> str:
+    """The records' name of ``backend``'s run of suite entry ``attack`` in a cross-check."""
+    return f"{attack}{CROSS_SEP}{backend}"
+
+
+def split_cross_attack(name: str) -> tuple[str, str | None]:
+    """(suite entry, cross-check back-end or None) of an attack name in the records."""
+    attack, sep, backend = name.partition(CROSS_SEP)
+    return attack, (backend if sep else None)
 
 
 # -------------------------------------------------------------------------------------------------- budgets
@@ -261,8 +282,14 @@ def reference_eps(
     Always a budget that was attacked, never an interpolated median; ``fallback`` when the threat has none.
     """
     grid = threat_eps(records, threat) if records is not None and not records.empty else []
-    eps = [e for e in grid if e > 0]
-    return eps[(len(eps) - 1) // 2] if eps else fallback
+    middle = middle_budget(grid)
+    return fallback if middle is None else middle
+
+
+def middle_budget(grid: Sequence[float]) -> float | None:
+    """The middle positive budget of a grid (the lower middle for an even count); None without one."""
+    eps = sorted(float(e) for e in grid if e > 0)
+    return eps[(len(eps) - 1) // 2] if eps else None
 
 
 # ------------------------------------------------------------------------------------------ paired statistics

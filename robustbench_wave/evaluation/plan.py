@@ -11,15 +11,43 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
 
 from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, Suite, Threat
+from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
 
 log = logging.getLogger(__name__)
 SHARED = "shared"  # chunk label of an attack run once for every gradient mode
+
+
+class CrossCheck(str, Enum):
+    """Where every other back-end of a gradient attack also runs, on the points the primary one attacked.
+
+    Its breaks count (the worst case is the union over back-ends; records name each back-end's attack
+    ``attack@backend``): ``headline`` = the reference budget of each threat (the middle of its grid, the
+    verdict's budget), ``all`` = every budget, ``off`` = only the primary back-end.
+    """
+
+    OFF = "off"
+    HEADLINE = "headline"
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, value: bool | str | CrossCheck) -> CrossCheck:
+        """``True`` = ``all`` and ``False`` = ``off`` (the switch this setting grew from)."""
+        if isinstance(value, bool):
+            return cls.ALL if value else cls.OFF
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(
+                f"unknown cross-check setting {value!r}; choose one of {[c.value for c in cls]}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -32,10 +60,11 @@ class EvalSettings:
     seed: int = 0
     batch_size: int = 128
     skip_broken: bool = True
-    cross_check: bool = False
+    cross_check: str = CrossCheck.OFF.value  # a CrossCheck value (True / False are read as all / off)
     progress: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cross_check", CrossCheck.parse(self.cross_check).value)
         if self.backend != "auto" and self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose auto or one of {list(BACKENDS)}")
         if self.batch_size < 1:
@@ -64,6 +93,35 @@ def check_budgets(suite: Suite, dataset: Any, shape: tuple[int, ...]) -> dict[st
 
 
 @dataclass(frozen=True)
+class CrossPlan:
+    """The other back-ends of one gradient attack and the budgets at which they run beside the primary."""
+
+    backends: list[str]
+    eps: list[float]
+
+    @classmethod
+    def make(
+        cls,
+        entry: AttackEntry,
+        primary: str,
+        entry_eps: Sequence[float],
+        threat_eps: dict[str, list[float]],
+        setting: str,
+    ) -> CrossPlan | None:
+        """None when nothing runs: cross-check off, no other back-end that honours the entry, or (headline)
+        the entry not attacked at its threat's reference budget."""
+        setting = CrossCheck.parse(setting).value
+        others = [b for b in entry.able_backends() if b != primary]
+        if setting == CrossCheck.OFF.value or not entry.spec.grad_dependent or not others:
+            return None
+        eps = list(entry_eps)
+        if setting == CrossCheck.HEADLINE.value:
+            middle = middle_budget(threat_eps.get(entry.threat, []))
+            eps = [e for e in eps if middle is not None and math.isclose(e, middle, abs_tol=EPS_TOL)]
+        return cls(others, eps) if eps else None
+
+
+@dataclass(frozen=True)
 class Plan:
     """What will run: the suite's entries with their back-ends and budgets, and what is skipped and why."""
 
@@ -74,10 +132,17 @@ class Plan:
     backends: dict[str, str]  # attack name -> back-end
     entries: list[AttackEntry]  # the attacks after clean that run
     skipped: dict[str, str]  # attack name -> why it does not run
+    cross: dict[str, CrossPlan] = field(default_factory=dict)  # attack name -> its cross-check, if any
 
     @classmethod
     def make(
-        cls, suite: Suite, dataset: Any, backend: str, has_surrogate: bool, images: torch.Tensor
+        cls,
+        suite: Suite,
+        dataset: Any,
+        backend: str,
+        has_surrogate: bool,
+        images: torch.Tensor,
+        cross_check: str = CrossCheck.OFF.value,
     ) -> Plan:
         """Resolve ``suite`` for ``dataset``; transfer attacks are skipped (and said so) without a surrogate."""
         threat_eps = check_budgets(suite, dataset, tuple(images.shape[1:]))
@@ -92,15 +157,14 @@ class Plan:
                 )
                 continue
             entries.append(e)
-        return cls(
-            suite=suite,
-            dataset=dataset,
-            threat_eps=threat_eps,
-            entry_eps={e.name: suite.entry_eps(e, dataset) for e in suite.attacks},
-            backends={e.name: e.resolve_backend(backend) for e in suite.attacks},
-            entries=entries,
-            skipped=skipped,
-        )
+        backends = {e.name: e.resolve_backend(backend) for e in suite.attacks}
+        entry_eps = {e.name: suite.entry_eps(e, dataset) for e in suite.attacks}
+        cross = {
+            e.name: c
+            for e in entries
+            if (c := CrossPlan.make(e, backends[e.name], entry_eps[e.name], threat_eps, cross_check))
+        }
+        return cls(suite, dataset, threat_eps, entry_eps, backends, entries, skipped, cross)
 
     def chunk_modes(self, entry: AttackEntry, modes: list[str]) -> list[str]:
         """The chunks of an entry: one per gradient mode if it differentiates the target, else one shared."""

@@ -4,9 +4,9 @@ One row per (model, grad_mode, attack, eps, example_id): the contract every tabl
 reads. :func:`build_records` is the only code that turns attack outcomes into rows, so the schema, the dtypes
 and the meaning of a skipped point (``attacked=False, correct=False``, no prediction) live in one place. A run
 folder holds ``records.csv.gz`` (gzip with a fixed timestamp, so identical records give identical bytes),
-``meta.json`` (provenance, suite, seeds, timing) and, with ``--cross-check``, ``crosscheck_records.csv.gz``
-(the same schema, one row per point attacked by a second backend). ``meta.json`` records the sha256 and row
-count of each records file (:func:`file_digest`), so readers can refuse an edited or partial one
+``meta.json`` (provenance, suite, seeds, timing); a cross-check's rows are records like any other, of attack
+``name@backend`` (their breaks count in the worst case). ``meta.json`` records the sha256 and row count of the
+records file (:func:`file_digest`), so readers can refuse an edited or partial one
 (:func:`check_digest`); the readers turn any damaged file into a one-line ValueError naming it.
 """
 
@@ -29,14 +29,14 @@ import pandas as pd
 from robustbench_wave.io import atomic_write_bytes, atomic_write_json
 
 RECORDS_FILE = "records.csv.gz"
+#: Where runs before cross-check rows joined the records kept them; only removed now, with a run's outputs.
 CROSSCHECK_FILE = "crosscheck_records.csv.gz"
 META_FILE = "meta.json"
 #: The attack command's run configuration (``robustbench_wave.attack.CONFIG_JSON``), which ``meta.json``
 #: repeats under ``run.config``; readers compare the two to spot records left by another configuration.
 CONFIG_FILE = "config.json"
-#: Keys of ``meta.json`` holding ``{"sha256", "rows"}`` of records.csv.gz and crosscheck_records.csv.gz.
+#: The key of ``meta.json`` holding ``{"sha256", "rows"}`` of records.csv.gz.
 META_RECORDS = "records"
-META_CROSSCHECK = "crosscheck"
 #: What to do about damaged or partial records.
 RERUN = "re-run the attack command (it resumes)"
 SCHEMA_VERSION = 1
@@ -276,13 +276,11 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return value
 
 
-def read_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None]:
-    """(records, meta, cross-check records or None) of a saved run folder; ValueError naming the file when
-    records or meta.json are missing or unreadable."""
+def read_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """(records, meta) of a saved run folder; ValueError naming the file when records or meta.json are
+    missing or unreadable."""
     run_dir = Path(run_dir)
     records = read_records(run_dir / RECORDS_FILE)
     if not (run_dir / META_FILE).exists():
         raise ValueError(f"{run_dir / META_FILE} is missing (the records have no provenance); {RERUN}")
-    meta = read_meta(run_dir / META_FILE)
-    xpath = run_dir / CROSSCHECK_FILE
-    return records, meta, (read_records(xpath) if xpath.exists() else None)
+    return records, read_meta(run_dir / META_FILE)

@@ -22,11 +22,10 @@ from robustbench_wave.evaluation import records as rec
 
 @dataclass
 class EvaluationResult:
-    """Per-example records, provenance (``meta``) and, after a cross-check, the other back-ends' records."""
+    """Per-example records (a cross-check's rows among them, as attacks ``name@backend``) and provenance."""
 
     records: pd.DataFrame
     meta: dict[str, Any]
-    crosscheck_records: pd.DataFrame | None = None
     _summary: pd.DataFrame | None = field(default=None, repr=False)
 
     def summary(self) -> pd.DataFrame:
@@ -37,9 +36,8 @@ class EvaluationResult:
 
     def crosscheck(self) -> pd.DataFrame | None:
         """Back-end agreement on identical points (:func:`metrics.backend_agreement`), None without one."""
-        if self.crosscheck_records is None or not len(self.crosscheck_records):
-            return None
-        return metrics.backend_agreement(self.records, self.crosscheck_records)
+        agreement = metrics.backend_agreement(self.records)
+        return agreement if len(agreement) else None
 
     def robust_accuracy(
         self, threat: str, eps: float, *, model: str | None = None, grad_mode: str = metrics.WORST_MODE
@@ -60,30 +58,20 @@ class EvaluationResult:
         return metrics.robust_accuracy(rows, threat, eps)[0]
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write records.csv.gz, meta.json and, after a cross-check, crosscheck_records.csv.gz into ``out_dir``
-        (the tables: ``reporting.tables.write_tables``).
+        """Write records.csv.gz and meta.json into ``out_dir`` (the tables: ``reporting.tables.write_tables``).
 
-        ``meta`` gains ``records`` (and ``crosscheck``): the sha256 and row count of the file written, so a
-        reader can tell an edited or partial file from the one this run wrote. meta.json is written last.
+        ``meta`` gains ``records``: the sha256 and row count of the file written, so a reader can tell an
+        edited or partial file from the one this run wrote. meta.json is written last.
         """
         out_dir = Path(out_dir)
         paths = {"records": rec.write_records(self.records, out_dir / rec.RECORDS_FILE)}
         self.meta[rec.META_RECORDS] = rec.file_digest(paths["records"], len(self.records))
-        self.meta.pop(rec.META_CROSSCHECK, None)
-        if self.crosscheck_records is not None and len(self.crosscheck_records):
-            paths["crosscheck_records"] = rec.write_records(
-                self.crosscheck_records, out_dir / rec.CROSSCHECK_FILE
-            )
-            self.meta[rec.META_CROSSCHECK] = rec.file_digest(
-                paths["crosscheck_records"], len(self.crosscheck_records)
-            )
         paths["meta"] = rec.write_meta(self.meta, out_dir / rec.META_FILE)
         return paths
 
     @classmethod
     def load(cls, run_dir: str | Path) -> EvaluationResult:
-        records, meta, cross = rec.read_run(run_dir)
-        return cls(records, meta, cross)
+        return cls(*rec.read_run(run_dir))
 
     @classmethod
     def merge(cls, results: Sequence[EvaluationResult]) -> EvaluationResult:
@@ -91,16 +79,10 @@ class EvaluationResult:
         if not results:
             raise ValueError("nothing to merge")
         meta = copy.deepcopy(results[0].meta)
-        for key in (rec.META_RECORDS, rec.META_CROSSCHECK):  # describe the first result's files, not these
-            meta.pop(key, None)
+        meta.pop(rec.META_RECORDS, None)  # describes the first result's file, not the merged one
         for r in results[1:]:
             meta.setdefault("models", {}).update(copy.deepcopy(r.meta.get("models", {})))
-        cross = [r.crosscheck_records for r in results if r.crosscheck_records is not None]
-        return cls(
-            rec.concat([r.records for r in results]),
-            meta,
-            rec.concat(cross) if cross else None,
-        )
+        return cls(rec.concat([r.records for r in results]), meta)
 
     def __str__(self) -> str:
         """Clean accuracy and the per-threat worst case, one line per (model, grad_mode, threat, eps)."""

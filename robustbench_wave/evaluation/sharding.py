@@ -180,8 +180,7 @@ def merge_meta(
     """One run's ``meta.json`` from its shards': run-wide counts, summed timing, and a ``sharding`` entry
     listing every shard's examples and chunk fingerprint."""
     meta = copy.deepcopy(metas[0])
-    for key in (rec.META_RECORDS, rec.META_CROSSCHECK):  # shard 0's files; the run's are recorded on save
-        meta.pop(key, None)
+    meta.pop(rec.META_RECORDS, None)  # shard 0's file; the run's is recorded on save
     ids = [int(i) for i in example_ids]
     meta["n_examples"] = len(ids)
     meta["example_ids"] = {"first": ids[0] if ids else None, "last": ids[-1] if ids else None}
@@ -227,9 +226,8 @@ def merge_results(
         )
     records = merge_records([r.records for _, r in pairs], example_ids)
     check_complete(records, example_ids)
-    cross = [r.crosscheck_records for _, r in pairs if r.crosscheck_records is not None]
     meta = merge_meta([r.meta for _, r in pairs], [s for s, _ in pairs], records, example_ids, data_sha256)
-    return EvaluationResult(records, meta, merge_records(cross, example_ids) if cross else None)
+    return EvaluationResult(records, meta)
 
 
 # ------------------------------------------------------------------------------ shard folders (--shard jobs)
@@ -292,13 +290,8 @@ def _load_shard(shard: Shard, path: Path) -> ShardFolder:
     the merge reads from its meta.json checked; a one-line ValueError naming the file and field otherwise."""
     folder = ShardFolder(shard, path, EvaluationResult.load(path))
     meta = folder.result.meta
-    cross = folder.result.crosscheck_records
     if rec.META_RECORDS in meta:
         rec.check_digest(path / rec.RECORDS_FILE, meta[rec.META_RECORDS], len(folder.result.records))
-    if rec.META_CROSSCHECK in meta:
-        rec.check_digest(
-            path / rec.CROSSCHECK_FILE, meta[rec.META_CROSSCHECK], None if cross is None else len(cross)
-        )
     config = rec.read_meta(path / rec.CONFIG_FILE)
     if config and config != folder.config:
         raise ValueError(

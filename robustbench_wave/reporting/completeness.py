@@ -22,19 +22,11 @@ from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 RERUN = rec.RERUN
 
 
-def check_run(run_dir: Path, records: pd.DataFrame, meta: dict[str, Any], cross: pd.DataFrame | None) -> None:
+def check_run(run_dir: Path, records: pd.DataFrame, meta: dict[str, Any]) -> None:
     """ValueError (one line: the file, what differs, what to do) unless the folder's records are complete."""
     digest = meta.get(rec.META_RECORDS)
     if digest is not None:
         rec.check_digest(run_dir / rec.RECORDS_FILE, digest, len(records))
-        cross_digest = meta.get(rec.META_CROSSCHECK)
-        xpath = run_dir / rec.CROSSCHECK_FILE
-        if cross is not None and cross_digest is None:
-            raise ValueError(
-                f"{xpath} is not recorded in {rec.META_FILE}: it is left from another run; delete it or {RERUN}"
-            )
-        if cross_digest is not None:
-            rec.check_digest(xpath, cross_digest, None if cross is None else len(cross))
     check_config(run_dir, meta)
     check_complete(run_dir / rec.RECORDS_FILE, records, meta)
 

@@ -67,7 +67,7 @@ def finalize_run(
     Writes ``energy.csv``, ``diagnostics.csv/json``, ``figures/*.png``, ``verdict.json`` and ``report.md``.
     """
     run_dir = Path(run_dir)
-    records, meta, _ = read_run(run_dir)
+    records, meta = read_run(run_dir)
     _check_models(models, records, run_dir)
     x, y, ids = align_images(records, images, labels, example_ids)
     eps = diagnostics_eps if diagnostics_eps is not None else reference_eps(records, LINF, FALLBACK_EPS)

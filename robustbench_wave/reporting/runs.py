@@ -36,7 +36,6 @@ class RunFolder:
     path: Path
     records: pd.DataFrame
     meta: dict[str, Any]
-    crosscheck: pd.DataFrame | None = None
     diagnostics: list[dict[str, Any]] = field(default_factory=list)  # diagnostics.json's per-model entries
     energy: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -52,11 +51,11 @@ def load_run(run_dir: str | Path) -> RunFolder:
     """Read a run folder, refusing (one-line ValueError naming the file) records that are missing, unreadable,
     edited, partial or of another configuration than its config.json (:func:`completeness.check_run`)."""
     run_dir = Path(run_dir)
-    records, meta, cross = read_run(run_dir)
-    check_run(run_dir, records, meta, cross)
+    records, meta = read_run(run_dir)
+    check_run(run_dir, records, meta)
     diagnostics = read_meta(run_dir / DIAGNOSTICS_JSON).get("models", [])
     energy_path = run_dir / ENERGY_FILE
-    return RunFolder(run_dir, records, meta, cross, diagnostics, _read_energy(energy_path))
+    return RunFolder(run_dir, records, meta, diagnostics, _read_energy(energy_path))
 
 
 def _read_energy(path: Path) -> pd.DataFrame:

@@ -219,9 +219,9 @@ def write_tables(
     out_dir: str | Path,
     *,
     meta: dict[str, Any] | None = None,
-    cross: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
-    """Write summary.csv, table.csv, table.tex, table_worst.tex, table.txt (and crosscheck.csv)."""
+    """Write summary.csv, table.csv, table.tex, table_worst.tex, table.txt (and, when the records hold a
+    cross-check, crosscheck.csv: each back-end's robust accuracy on the same points, and what each found)."""
     out_dir = Path(out_dir)
     summary = summarize(records)
     title = table_title(records, meta)
@@ -235,8 +235,9 @@ def write_tables(
         "latex_worst": worst,
         "text": render_terminal(summary, title=title),
     }
-    if cross is not None and len(cross):
-        texts["crosscheck"] = _csv_text(backend_agreement(records, cross), index=False)
+    agreement = backend_agreement(records)
+    if len(agreement):
+        texts["crosscheck"] = _csv_text(agreement, index=False)
     return {key: atomic_write_text(out_dir / TABLE_FILES[key], text) for key, text in texts.items()}
 
 
