@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED = 1
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline tokenpool test lint venv bench
+.PHONY: demo headline tokenpool cifar10 test lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,20 @@ tokenpool: $(STAMP)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
 		--suite headline --n-examples 500 --out $(OUT)
 
+## CIFAR-10 (colour: the wavelet tokenizer's YCbCr / 4:2:0 path): train the four models side by side (one run
+## per rank), then attack them with AutoAttack's standard suite (L-inf 2/255, 4/255, 8/255; L2 0.25, 0.5) under
+## every gradient mode. The real CIFAR-10 images as JPEGs when ../shared/data holds them, else the download.
+CIFAR10        ?= $(if $(wildcard ../shared/data/cifar10-jpeg.zip),imagefolder:../shared/data/cifar10-jpeg.zip,cifar10)
+CIFAR10_MODELS ?= patch wavelet wavelet-coif1 wavelet-dense
+CIFAR10_EPOCHS ?= 10
+CIFAR10_N      ?= 256
+CIFAR10_SUITE  ?= autoattack
+cifar10: $(STAMP)
+	$(RUN) -m robustbench_wave.train $(foreach m,$(CIFAR10_MODELS),--model $(m)) --dataset $(CIFAR10) \
+		--epochs $(CIFAR10_EPOCHS) --out $(OUT) --parallel runs
+	$(RUN) -m robustbench_wave.attack $(foreach m,$(CIFAR10_MODELS),--model $(m)) --dataset $(CIFAR10) \
+		--suite $(CIFAR10_SUITE) --n-examples $(CIFAR10_N) --out $(OUT)
+
 ## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
 ## benchmarks/results/latest.csv and latest.md. `make bench BENCH_ARGS=--quick` for a smoke run.
 BENCH_ARGS ?=
@@ -69,3 +83,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+## The claims report (results/claims.md, benchmarks/README.md#cost-model): the cost-model benchmark (~1 min),
+## then every claim of the source papers from whatever $(OUT) holds (attack runs, training folders); nothing
+## is trained or attacked again, a claim without its results says which command measures it.
+CLAIMS_RUNS  = $(patsubst %/records.csv.gz,%,$(wildcard $(OUT)/attack/*/*/records.csv.gz))
+CLAIMS_TRAIN = $(wildcard $(OUT)/train/*)
+.PHONY: claims
+claims: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_cost_model
+	$(BIN)/python -m robustbench_wave.report claims $(if $(CLAIMS_RUNS),--runs $(CLAIMS_RUNS)) \
+		$(foreach d,$(CLAIMS_TRAIN),--train $(d)) --cost-model benchmarks/results/cost_model_grid.csv \
+		--out $(OUT)/claims.md

@@ -44,6 +44,8 @@ from robustbench_wave.runfolder import RunLock, check_writable_root, remove_owne
 
 #: First word that selects the merge subcommand (any other first argument is a run folder).
 MERGE = "merge"
+#: First word that selects the claims subcommand (claims.md from saved results).
+CLAIMS = "claims"
 log = logging.getLogger("robustbench_wave.report")
 BUSY_HINT = "wait for it to finish, then run this command again"
 
@@ -133,7 +135,7 @@ def _write_merged(run_dir: Path, merged: EvaluationResult, folders: list[ShardFo
     merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}
     paths = merged.save(run_dir)
     atomic_write_json(run_dir / rec.CONFIG_FILE, config)
-    paths |= write_tables(merged.records, run_dir, meta=merged.meta, cross=merged.crosscheck_records)
+    paths |= write_tables(merged.records, run_dir, meta=merged.meta)
     if not quiet:
         sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
     sys.stdout.write(f"merged {len(folders)} shards into {run_dir}: {', '.join(sorted(paths))}\n")
@@ -193,7 +195,7 @@ def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[
     written: list[Path] = []
     if len(runs) == 1:
         run = runs[0]
-        tables = write_tables(run.records, out.parent, meta=run.meta, cross=run.crosscheck)
+        tables = write_tables(run.records, out.parent, meta=run.meta)
         if not args.quiet:
             sys.stdout.write(tables["text"].read_text(encoding="utf-8"))
         written += tables.values()
@@ -201,10 +203,52 @@ def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[
     return written
 
 
+def get_claims_parser() -> Parser:
+    p = Parser(
+        prog=f"python -m robustbench_wave.report {CLAIMS}",
+        description="Write claims.md: every claim of the source papers with its numbers, test, command and "
+        "verdict, from saved training runs, attack runs and the cost-model CSV (nothing is re-run; a claim "
+        "whose input is missing is 'inconclusive at this scale: not measured').",
+    )
+    p.add_argument("--runs", nargs="+", type=Path, default=[], metavar="RUN", help="attack run folders")
+    p.add_argument(
+        "--train", action="append", type=Path, default=[], metavar="DIR",
+        help="a training data-set folder results/train/<slug> (repeat for several data sets)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cost-model", type=Path, default=None, metavar="CSV", help="benchmarks/bench_cost_model.py's CSV"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("results/claims.md"), metavar="PATH", help="the claims file"
+    )
+    p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the Pareto figure(s)")
+    return p
+
+
+def claims_main(argv: list[str]) -> int:
+    """``report claims``: check every input, then write --out (atomically; no lock: it writes only --out
+    and the Pareto figures next to it)."""
+    from robustbench_wave.reporting.claims import load_inputs, write_claims
+
+    args = get_claims_parser().parse_args(argv)
+    _setup_logging(quiet=True)
+    command = " ".join(["python -m robustbench_wave.report", CLAIMS, *argv])
+    try:
+        out = check_report_out(args.out)
+        inputs = load_inputs(args.runs, args.train, args.cost_model, command)
+        written = write_claims(inputs, out, figures=args.figures)
+    except ValueError as err:
+        raise SystemExit(f"cannot write the claims report: {err}") from None
+    sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == [MERGE]:
         return merge_main(argv[1:])
+    if argv[:1] == [CLAIMS]:
+        return claims_main(argv[1:])
     args = get_args_parser().parse_args(argv)
     _setup_logging(args.quiet)
     try:

@@ -199,3 +199,33 @@ def run_figures(runs: Sequence[RunFolder], out_dir: str | Path, *, chance: float
     return write_figures(
         out_dir, curves=curves, histories=histories, energy=energy, chance=chance, band_label=band
     )
+
+
+def plot_pareto(points: pd.DataFrame, path: str | Path, *, title: str = "") -> Path | None:
+    """Accuracy against GMACs per image, one line per Token Pooling method (its budgets, cheapest first),
+    the points on the joint Pareto front circled: the trade-off claimed by Marin et al. (WACV 2023).
+
+    ``points``: columns method, gmacs, accuracy (and optionally acc_sd, pareto), e.g.
+    :func:`robustbench_wave.analysis.claims.tokenpool_points`.
+    """
+    if points.empty:
+        return None
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    for i, (method, line) in enumerate(points.groupby("method", sort=True)):
+        line = line.sort_values("gmacs")
+        sd = line["acc_sd"].fillna(0.0) if "acc_sd" in line else None
+        ax.errorbar(
+            line["gmacs"], line["accuracy"], yerr=sd, color=f"C{i % 10}", marker="o", ms=4, lw=1.4,
+            capsize=2, label=str(method),
+        )  # fmt: skip
+    if "pareto" in points:
+        front = points[points["pareto"].astype(bool)]
+        ax.scatter(front["gmacs"], front["accuracy"], s=120, facecolors="none", edgecolors="black", lw=1.0,
+                   label="Pareto front")  # fmt: skip
+    ax.set_xlabel("GMACs per image (analytic, pooling included)")
+    ax.set_ylabel("test top-1 accuracy")
+    ax.set_title(title or "Token Pooling: accuracy against compute", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, Path(path))

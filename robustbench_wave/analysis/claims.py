@@ -1,0 +1,622 @@
+"""The source papers' claims, each turned from measured numbers into a verdict (no I/O: numbers in, findings out).
+
+A claims report must be citable, so every verdict here is one of three words, :data:`SUPPORTED`,
+:data:`NOT_SUPPORTED` or :data:`INCONCLUSIVE` (with the reason), decided by a rule stated next to it:
+
+1. :func:`tokenizer_claim` -- the wavelet tokenizer trains faster and reaches better top-1 than the patch
+   tokenizer at the same token count (Zhu & Soricut 2024): per data set, over training seeds paired by seed.
+2. :func:`cost_model_claim` -- the cost model (attention ``2T²H + 4TH²``, feed-forward ``2mTH²``): predicted
+   MACs rank the measured step times, and halving the token width H saves more time than halving the token
+   count T where T < H.
+3. :func:`robustness_claim` / :func:`attribution` -- "naturally resistant to adversarial attacks": the
+   categories of :func:`robustbench_wave.analysis.verdict.verdict` (called, not re-implemented), and where
+   the gap to the patch baseline comes from, along the chain of ablation models.
+4. :func:`tokenpool_claim` -- Token Pooling (Marin et al., WACV 2023) gives a better accuracy-compute
+   trade-off than random selection, importance sampling, top-K pruning and grid pooling (a Pareto comparison).
+5. :func:`assignment_masking_claim` -- Token Pooling's discrete assignment as a place of gradient masking:
+   exact vs straight-through (BPDA) gradients on the same examples.
+
+Each returns :class:`Finding` rows (one per data set, run or model) with the numbers behind them; the
+Markdown is rendered by :mod:`robustbench_wave.reporting.claims`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from robustbench_wave.analysis import verdict as vd
+from robustbench_wave.evaluation.metrics import (
+    PairedComparison,
+    paired_comparison,
+    paired_table,
+    reference_eps,
+    robust_flags,
+    seed_spread,
+)
+from robustbench_wave.models.frontend import GradMode
+
+SUPPORTED = "supported"
+NOT_SUPPORTED = "not supported"
+INCONCLUSIVE = "inconclusive at this scale"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+
+MIN_SEEDS = 3
+"""Training seeds a claim about training needs: with fewer, one lucky seed decides it."""
+MIN_BUDGETS = 3
+"""Compute budgets per Token Pooling method needed to trace its accuracy-compute curve."""
+ALPHA = 0.05
+"""Level of every test here (exact McNemar, Holm-adjusted across the steps of one attribution chain)."""
+RANK_RHO = 0.9
+"""Spearman correlation of predicted MACs and measured step times that counts as "MACs rank the times"."""
+RATIO_TOL = 0.05
+"""Two measured time ratios closer than this are a tie (the harness's medians move about this much)."""
+
+PATCH, WAVELET = "patch", "wavelet"
+#: The ablation chain from the patch baseline to the wavelet model: (from, to, what changes). The steps'
+#: paired differences add up to wavelet minus patch (each step's difference is to minus from).
+ABLATION_CHAIN = (
+    ("patch", "patch-raw", "input normalisation (patch without input standardisation)"),
+    ("patch-raw", "wavelet-denseproj", "rotation / level shift (db1 DWT with a dense projection)"),
+    ("wavelet-denseproj", "wavelet-dense", "block-sparse projection"),
+    ("wavelet-dense", "wavelet", "sparsification"),
+)
+#: Steps reported beside the chain when their models were attacked (not part of the sum).
+ABLATION_EXTRA = (
+    ("wavelet-denseproj", "wavelet-denseproj-sparse", "sparsification with a dense projection"),
+    ("wavelet-denseproj-sparse", "wavelet", "block-sparse projection with sparsification"),
+    ("wavelet", "wavelet-coif1", "wavelet family (db1 -> coif1)"),
+)
+SPARSIFICATION_STEP = "sparsification"
+CLUSTERING = ("kmeans", "weighted-kmeans", "kmedoids", "weighted-kmedoids")
+POOL_BASELINES = ("random", "importance", "topk", "grid")
+
+
+@dataclass
+class Finding:
+    """One verdict on one claim in one scope (a data set, a run, a model), with the numbers behind it."""
+
+    claim: int
+    scope: str
+    measured: str
+    verdict: str
+    reason: str
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    notes: list[str] = field(default_factory=list)
+    headline: bool = True  # shown in the short claims table (False: only in its section)
+    commands: list[str] = field(default_factory=list)  # what produced the inputs (set by the reader)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+def _pts(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:+.1f} pts"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def mean_sd(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+    """'m ± sd' (sd over seeds, ddof 1; just 'm' for one value)."""
+    s = seed_spread(list(values))
+    if s.n_seeds == 0:
+        return "n/a"
+    if s.n_seeds == 1:
+        return f"{scale * s.mean:.{digits}f}"
+    return f"{scale * s.mean:.{digits}f} ± {scale * s.sd:.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------------------ claim 1
+def seed_differences(runs: pd.DataFrame, cand: str, base: str, column: str) -> pd.Series:
+    """seed -> cand's minus base's ``column``, on the seeds both models were trained with."""
+    pivot = runs[runs["model"].isin([cand, base])].pivot_table(index="seed", columns="model", values=column)
+    if cand not in pivot or base not in pivot:
+        return pd.Series(dtype=float)
+    return (pivot[cand] - pivot[base]).dropna()
+
+
+def sign_test_p(diffs: Sequence[float]) -> float:
+    """One-sided exact sign test that the differences are positive (ties count against): P(all k of n)."""
+    n = len(diffs)
+    k = sum(1 for d in diffs if d > 0)
+    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n if n else math.nan
+
+
+def _direction(diffs: pd.Series) -> str:
+    """'all' when every seed's difference is positive, 'none' when none is, 'mixed' else."""
+    pos = int((diffs > 0).sum())
+    return "all" if pos == len(diffs) else ("none" if pos == 0 else "mixed")
+
+
+def tokenizer_claim(runs: pd.DataFrame, cand: str = WAVELET, base: str = PATCH) -> list[Finding]:
+    """Claim 1, per data set: ``cand`` vs ``base`` test accuracy and training throughput, paired by seed.
+
+    ``runs``: one row per finished training run (dataset, model, seed, tokens, test_accuracy,
+    train_images_per_s, ...). Supported only if the candidate is better in both numbers on every one of at
+    least :data:`MIN_SEEDS` seeds (with 3 seeds the exact sign test can reach no lower p than 1/8, so
+    unanimity, not p < 0.05, is the rule); not supported when one of them is better in no seed; the seeds
+    disagreeing, or fewer than 3, is inconclusive.
+    """
+    out = []
+    for dataset, rows in runs.groupby("dataset", sort=True):
+        table = model_table(rows)
+        acc = seed_differences(rows, cand, base, "test_accuracy")
+        speed = seed_differences(rows, cand, base, "train_images_per_s")
+        measured = (
+            f"top-1 {cand} − {base} {mean_sd(acc, 100)} pts, train img/s ratio "
+            f"{mean_sd(_ratios(rows, cand, base), 1, 2)} over {len(acc)} seed(s)"
+        )
+        notes = _token_note(rows, cand, base)
+        verdict, reason = _tokenizer_verdict(acc, speed, cand, base)
+        out.append(Finding(1, str(dataset), measured, verdict, reason, table, notes))
+    return out
+
+
+def _ratios(rows: pd.DataFrame, cand: str, base: str) -> pd.Series:
+    pivot = rows.pivot_table(index="seed", columns="model", values="train_images_per_s")
+    return (pivot[cand] / pivot[base]).dropna() if cand in pivot and base in pivot else pd.Series(dtype=float)
+
+
+def _token_note(rows: pd.DataFrame, cand: str, base: str) -> list[str]:
+    tokens = rows.groupby("model")["tokens"].first()
+    if cand in tokens and base in tokens and tokens[cand] != tokens[base]:
+        return [
+            f"token counts differ ({cand} {tokens[cand]}, {base} {tokens[base]}): not the claim's setting"
+        ]
+    return []
+
+
+def _tokenizer_verdict(acc: pd.Series, speed: pd.Series, cand: str, base: str) -> tuple[str, str]:
+    if acc.empty:
+        return INCONCLUSIVE, f"{cand} and {base} were not both trained on this data set with a common seed"
+    if len(acc) < MIN_SEEDS:
+        return INCONCLUSIVE, (
+            f"{len(acc)} training seed(s) of each model, fewer than {MIN_SEEDS}: train more seeds"
+        )
+    d_acc, d_speed = _direction(acc), _direction(speed)
+    words = f"{cand} more accurate in {int((acc > 0).sum())}/{len(acc)} seeds, faster in {int((speed > 0).sum())}/{len(speed)}"
+    if d_acc == "all" and d_speed == "all":
+        return SUPPORTED, f"{words} (one-sided sign test p = {sign_test_p(list(acc)):.3g} each)"
+    if "none" in (d_acc, d_speed):
+        return NOT_SUPPORTED, words
+    return INCONCLUSIVE, f"{words}: the seeds disagree"
+
+
+def model_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model: seeds, test accuracy and train throughput mean ± sd, tokens, params, GMACs."""
+    out = []
+    for model, g in rows.groupby("model", sort=True):
+        out.append(
+            {
+                "model": model,
+                "seeds": ",".join(str(s) for s in sorted(g["seed"])),
+                "test top-1 %": mean_sd(g["test_accuracy"], 100),
+                "train img/s": mean_sd(g["train_images_per_s"], 1, 0),
+                "tokens": int(g["tokens"].iloc[0]) if pd.notna(g["tokens"].iloc[0]) else None,
+                "params": int(g["params"].iloc[0]) if pd.notna(g["params"].iloc[0]) else None,
+                "GMACs": float(g["gmacs"].iloc[0]),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------------------ claim 2
+def predicted_body_macs(tokens: int, width: int, mlp_ratio: float = 2.0, depth: int = 1) -> float:
+    """The cost model's MACs of ``depth`` blocks: attention 2T²H + 4TH², feed-forward 2mTH²."""
+    t, h = tokens, width
+    return depth * (2 * t * t * h + 4 * t * h * h + 2 * mlp_ratio * t * h * h)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    ra, rb = pd.Series(list(a)).rank().to_numpy(), pd.Series(list(b)).rank().to_numpy()
+    if len(ra) < 2 or ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def halving_table(grid: pd.DataFrame) -> pd.DataFrame:
+    """At every grid point with T < H whose halvings (T, H/2) and (T/2, H) were measured: the measured and
+    predicted time ratios of halving H and of halving T (below 1 saves time; smaller saves more)."""
+    at = {(int(r.T), int(r.H)): r for r in grid.itertuples(index=False)}
+    rows = []
+    for (t, h), r in sorted(at.items()):
+        if not t < h or (t, h // 2) not in at or (t // 2, h) not in at or h % 2 or t % 2:
+            continue
+        half_h, half_t = at[(t, h // 2)], at[(t // 2, h)]
+        rows.append(
+            {
+                "T": t,
+                "H": h,
+                "halve H: time": half_h.seconds_per_step / r.seconds_per_step,
+                "halve T: time": half_t.seconds_per_step / r.seconds_per_step,
+                "halve H: MACs": half_h.predicted_macs / r.predicted_macs,
+                "halve T: MACs": half_t.predicted_macs / r.predicted_macs,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def cost_model_claim(grid: pd.DataFrame) -> list[Finding]:
+    """Claim 2 from a (T, H, predicted_macs, seconds_per_step) grid: (a) Spearman rho of predicted MACs
+    and measured times >= :data:`RANK_RHO`; (b) at every T < H point, halving H's measured time ratio is
+    below halving T's by more than :data:`RATIO_TOL` (supported), above it at some point by more than that
+    (not supported), else (ties) inconclusive."""
+    grid = grid.sort_values(["T", "H"]).reset_index(drop=True)
+    rho = spearman(grid["predicted_macs"], grid["seconds_per_step"])
+    table = grid[["T", "H", "predicted_macs", "seconds_per_step"]]
+    scope = f"{len(grid)} (T, H) points"
+    if len(grid) < 4 or math.isnan(rho):
+        rank = Finding(
+            2, scope, f"Spearman ρ = {rho:.3f}", INCONCLUSIVE, "fewer than 4 distinct grid points", table
+        )
+    else:
+        ok = rho >= RANK_RHO
+        reason = f"Spearman ρ = {rho:.3f} {'≥' if ok else '<'} {RANK_RHO} (the rule for 'ranks')"
+        rank = Finding(
+            2,
+            scope + ": MACs rank step times",
+            f"ρ = {rho:.3f}",
+            SUPPORTED if ok else NOT_SUPPORTED,
+            reason,
+            table,
+        )
+    return [rank, _halving_finding(halving_table(grid))]
+
+
+def _halving_finding(halves: pd.DataFrame) -> Finding:
+    """Supported when halving H saves more at every eligible point; not supported when it saves less at
+    most of them; a minority of exceptions (or ties) is inconclusive, naming the points."""
+    scope = "halving H vs halving T where T < H"
+    if halves.empty:
+        why = "no grid point with T < H has both halvings measured: use a grid with T/2 and H/2 on it"
+        return Finding(2, scope, "no eligible point", INCONCLUSIVE, why, halves)
+    margin = halves["halve T: time"] - halves["halve H: time"]  # > 0: halving H saves more
+    wins, losses = int((margin > RATIO_TOL).sum()), int((margin < -RATIO_TOL).sum())
+    measured = f"halving H saves more at {wins}/{len(halves)} points, less at {losses}"
+    words = f"halving H saves more time at {wins}/{len(halves)} points, less at {losses} (ties within {RATIO_TOL})"
+    if wins == len(halves):
+        return Finding(2, scope, measured, SUPPORTED, words, halves)
+    if 2 * losses > len(halves):
+        return Finding(2, scope, measured, NOT_SUPPORTED, words, halves)
+    lost = halves[margin <= RATIO_TOL]
+    where = ", ".join(f"({int(r['T'])},{int(r['H'])})" for _, r in lost.iterrows())
+    return Finding(2, scope, measured, INCONCLUSIVE, f"{words}: not at {where}; measure again", halves)
+
+
+# ------------------------------------------------------------------------------------------------ claim 3
+VERDICT_MAP = {
+    vd.ROBUST: SUPPORTED,
+    vd.MASKING_BUT_ROBUST: SUPPORTED,
+    vd.MASKING: NOT_SUPPORTED,
+    vd.NOT_ROBUST: NOT_SUPPORTED,
+    vd.INCONCLUSIVE: INCONCLUSIVE,
+    vd.NO_BASELINE: INCONCLUSIVE,
+}
+
+
+def claim3_models(models: Sequence[str]) -> tuple[list[str], str | None]:
+    """(wavelet-family candidates, baseline) by name: the candidates are the ``wavelet*`` models without
+    Token Pooling, the baseline ``patch`` when attacked (None: the verdict's own roles decide)."""
+    cands = [m for m in models if m.startswith(WAVELET) and "tokenpool" not in m]
+    return cands, (PATCH if PATCH in models else None)
+
+
+def robustness_claim(
+    runs: Sequence[pd.DataFrame],
+    seeds: Sequence[int],
+    *,
+    scope: str,
+    num_classes: int,
+    diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+) -> list[Finding]:
+    """Claim 3 for one group of runs (one per training seed): :func:`verdict.verdict` on the wavelet-family
+    models and the patch baseline; one finding per (candidate, threat), its category mapped by
+    :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted)."""
+    models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
+    cands, base = claim3_models(models)
+    if not cands:
+        return []
+    keep = [*cands, *([base] if base else [])]
+    records = [r[r["model"].isin(keep)] for r in runs]
+    v = vd.verdict(
+        records,
+        num_classes=num_classes,
+        baseline=base,
+        seeds=seeds,
+        diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
+    )
+    main = WAVELET if WAVELET in cands else cands[0]
+    out: list[Finding] = []
+    for key, category in v.categories.items():
+        model, threat = key.split("@")
+        det = v.details.get(key, {})
+        rows = v.numbers[(v.numbers["threat"] == threat) & v.numbers["model"].isin([model, base])]
+        found = _robustness_finding(scope, model, threat, category, det, rows, "" if out else v.text)
+        found.headline = model == main
+        out.append(found)
+    return out
+
+
+def _robustness_finding(
+    scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame, text: str
+) -> Finding:
+    gap, diff, ci = det.get("gap"), det.get("diff"), det.get("diff_ci")
+    measured = f"{model} {threat}: blocked − worst {_pts(_nan(gap))}"
+    if diff is not None:
+        measured += f"; worst case − baseline {_pts(diff)} {_ci(ci[0], ci[1])}, p = {det['p_value']:.2g}"
+    reason = f"verdict category '{category}'"
+    if det.get("inconclusive_reason"):
+        reason += f": {det['inconclusive_reason']}"
+    if category == vd.MASKING_BUT_ROBUST:
+        reason += " (part of the blocked-gradient robustness is masking)"
+    if det.get("seed_agreement"):
+        reason += f"; {det['seed_agreement']}"
+    notes = [text] if text else []
+    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows, notes)
+
+
+def _nan(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def pooled_pairs(pairs: Sequence[PairedComparison]) -> PairedComparison:
+    """One paired table from several seeds' (their counts added)."""
+    keys = ("both", "only_a", "only_b", "neither")
+    return paired_table(*(sum(getattr(p, k) for p in pairs) for k in keys))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order), so several steps of one chain keep the level."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adj, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adj[i] = running
+    return adj
+
+
+def attribution(
+    runs: Sequence[pd.DataFrame], seeds: Sequence[int], *, scope: str, num_classes: int, threat: str
+) -> Finding | None:
+    """Where the wavelet model's gap to the patch baseline comes from, at ``threat``'s reference budget:
+    each ablation step's paired worst-case difference (to minus from, seeds' tables pooled; seed spread
+    of the per-seed differences), Holm-adjusted exact McNemar. The claim tested is the source paper's
+    mechanism: the robustness comes from sparsification. Supported when that step is significantly
+    positive; not supported when it is significantly negative or not significant with a narrow interval
+    (:data:`verdict.MAX_DIFF_CI_WIDTH`); inconclusive otherwise, or when a model is under the clean floor."""
+    models = set.intersection(*(set(r["model"]) for r in runs))
+    steps = [s for s in (*ABLATION_CHAIN, *ABLATION_EXTRA) if s[0] in models and s[1] in models]
+    eps = reference_eps(runs[0], threat)
+    if len(steps) < 1 or eps is None:
+        return None
+    rows = [_step_row(runs, a, b, what, threat, eps) for a, b, what in steps]
+    for row, p in zip(rows, holm([r["p"] for r in rows])):
+        row["p (Holm)"] = p
+        row["significant"] = bool(p < ALPHA)
+    table = pd.DataFrame(rows)
+    low = _below_floor(runs, sorted({m for s in steps for m in s[:2]}), threat, eps, num_classes)
+    verdict, reason = _attribution_verdict(table, low)
+    sig = [r["step"] for r in rows if r["significant"]]
+    measured = "significant steps: " + (", ".join(sig) if sig else "none")
+    return Finding(3, f"{scope} · attribution · {threat} ε = {eps:.4g}", measured, verdict, reason, table)
+
+
+def _step_row(runs: Sequence[pd.DataFrame], a: str, b: str, what: str, threat: str, eps: float) -> dict:
+    per_seed = [
+        paired_comparison(
+            robust_flags(r[r["model"] == b], threat, eps), robust_flags(r[r["model"] == a], threat, eps)
+        )
+        for r in runs
+    ]
+    pooled = pooled_pairs(per_seed)
+    spread = seed_spread([p.diff for p in per_seed])
+    return {
+        "step": what,
+        "from": a,
+        "to": b,
+        "n": pooled.n,
+        "diff": pooled.diff,
+        "ci_low": pooled.ci_low,
+        "ci_high": pooled.ci_high,
+        "seed sd": spread.sd,
+        "only to": pooled.only_a,
+        "only from": pooled.only_b,
+        "p": pooled.p_value,
+    }
+
+
+def _below_floor(
+    runs: Sequence[pd.DataFrame], models: Sequence[str], threat: str, eps: float, k: int
+) -> list[str]:
+    floor = vd.clean_floor(k)
+    nums = pd.concat([vd.claim_numbers(r, threat=threat, eps=eps) for r in runs])
+    clean = nums.groupby("model")["clean"].mean()
+    return [f"{m} ({_pct(clean[m])})" for m in models if m in clean and clean[m] < floor]
+
+
+def _attribution_verdict(table: pd.DataFrame, low: Sequence[str]) -> tuple[str, str]:
+    if low:
+        return INCONCLUSIVE, f"clean accuracy under the floor: {', '.join(low)}"
+    step = table[table["step"] == SPARSIFICATION_STEP]
+    if step.empty:
+        return (
+            INCONCLUSIVE,
+            "wavelet-dense and wavelet were not both attacked: the sparsification step is unmeasured",
+        )
+    r = step.iloc[0]
+    where = f"sparsification step {_pts(r['diff'])} {_ci(r['ci_low'], r['ci_high'])}, Holm p = {r['p (Holm)']:.2g}"
+    if r["significant"]:
+        return (SUPPORTED if r["diff"] > 0 else NOT_SUPPORTED), where
+    if r["ci_high"] - r["ci_low"] <= vd.MAX_DIFF_CI_WIDTH:
+        return NOT_SUPPORTED, where + ": not significant, with a narrow interval"
+    return INCONCLUSIVE, where + ": not significant and the interval is wide: attack more examples"
+
+
+# ------------------------------------------------------------------------------------------------ claim 4
+def pareto_front(points: pd.DataFrame) -> pd.Series:
+    """True for the points no other point dominates (MACs <= and accuracy >=, one of them strictly)."""
+    macs, acc = points["gmacs"].to_numpy(), points["accuracy"].to_numpy()
+    dominated = [bool(np.any((macs <= m) & (acc >= a) & ((macs < m) | (acc > a)))) for m, a in zip(macs, acc)]
+    return pd.Series([not d for d in dominated], index=points.index)
+
+
+def tokenpool_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean accuracy and GMACs per (dataset, tokenizer, method, budget) over seeds, from training runs with a
+    pooling method (budget: the keep schedule)."""
+    pooled = runs[runs["pool_method"].notna()]
+    if pooled.empty:
+        return pd.DataFrame(
+            columns=["dataset", "tokenizer", "method", "keep", "gmacs", "accuracy", "acc_sd", "seeds"]
+        )
+    g = pooled.groupby(["dataset", "tokenizer", "pool_method", "pool_keep"], sort=True)
+    out = g.agg(
+        gmacs=("gmacs", "mean"),
+        accuracy=("test_accuracy", "mean"),
+        acc_sd=("test_accuracy", "std"),
+        seeds=("seed", "count"),
+    )
+    return out.reset_index().rename(columns={"pool_method": "method", "pool_keep": "keep"})
+
+
+def tokenpool_claim(runs: pd.DataFrame) -> list[Finding]:
+    """Claim 4 per (data set, tokenizer): needs every method at >= :data:`MIN_BUDGETS` budgets. Supported
+    when every baseline point is dominated by a clustering point; not supported when a baseline point
+    dominates a clustering point; otherwise the fronts cross (inconclusive)."""
+    points = tokenpool_points(runs)
+    out = []
+    for (dataset, tok), pts in points.groupby(["dataset", "tokenizer"], sort=True):
+        budgets = pts.groupby("method")["keep"].nunique()
+        short = {
+            m: int(budgets.get(m, 0))
+            for m in (*CLUSTERING, *POOL_BASELINES)
+            if budgets.get(m, 0) < MIN_BUDGETS
+        }
+        scope = f"{dataset} · {tok} tokenizer"
+        measured = f"{len(pts)} (method, budget) points, {len(budgets)} method(s)"
+        if short:
+            why = "fewer than 3 budgets for " + ", ".join(f"{m} ({n})" for m, n in short.items())
+            out.append(Finding(4, scope, measured, INCONCLUSIVE, why + ": train them", pts))
+            continue
+        out.append(Finding(4, scope, measured, *_pareto_verdict(pts), pts.assign(pareto=pareto_front(pts))))
+    return out
+
+
+def _dominates(a: pd.Series, b: pd.Series) -> bool:
+    return a.gmacs <= b.gmacs and a.accuracy >= b.accuracy and (a.gmacs < b.gmacs or a.accuracy > b.accuracy)
+
+
+def _pareto_verdict(pts: pd.DataFrame) -> tuple[str, str]:
+    clus = [r for _, r in pts.iterrows() if r.method in CLUSTERING]
+    base = [r for _, r in pts.iterrows() if r.method in POOL_BASELINES]
+    beaten = sum(any(_dominates(c, b) for c in clus) for b in base)
+    beating = sum(any(_dominates(b, c) for b in base) for c in clus)
+    words = f"{beaten}/{len(base)} baseline points dominated by a clustering point; {beating}/{len(clus)} clustering points dominated by a baseline point"
+    if beaten == len(base) and not beating:
+        return SUPPORTED, words
+    if beating:
+        return NOT_SUPPORTED, words
+    return INCONCLUSIVE, words + ": the fronts cross"
+
+
+# ------------------------------------------------------------------------------------------------ claim 5
+def mode_gap(rows: pd.DataFrame, threat: str, eps: float, a: str, b: str) -> PairedComparison | None:
+    """Robust under every attack in mode ``a`` vs in mode ``b`` (same model, same examples)."""
+    fa = rows[rows["grad_mode"] == a]
+    fb = rows[rows["grad_mode"] == b]
+    if fa.empty or fb.empty:
+        return None
+    return paired_comparison(robust_flags(fa, threat, eps), robust_flags(fb, threat, eps))
+
+
+def assignment_masking_claim(
+    runs: Sequence[pd.DataFrame],
+    *,
+    scope: str,
+    diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    threats: Sequence[str] = ("Linf", "L2"),
+) -> list[Finding]:
+    """Claim 5 per Token Pooling model and threat: exact minus BPDA robust accuracy at the reference budget
+    (pooled over the group's runs). Masking at the assignment = exact significantly above BPDA (supported);
+    not supported when not significant with a narrow interval or significantly below; else inconclusive."""
+    models = sorted({m for r in runs for m in r["model"].unique() if "tokenpool" in m})
+    out = []
+    for model, threat in [(m, t) for m in models for t in threats]:
+        rows = [r[r["model"] == model] for r in runs]
+        eps = reference_eps(rows[0], threat)
+        pairs = (
+            [mode_gap(r, threat, eps, GradMode.EXACT.value, GradMode.BPDA.value) for r in rows] if eps else []
+        )
+        if not pairs or any(p is None for p in pairs):
+            continue
+        p = pooled_pairs(pairs)
+        blocked = [mode_gap(r, threat, eps, GradMode.BLOCKED.value, GradMode.EXACT.value) for r in rows]
+        table = _mode_table(p, blocked, threat, eps)
+        fails = (diagnostics_failures or {}).get(model, {})
+        notes = [f"diagnostics: failed {', '.join(v)} under {k}" for k, v in sorted(fails.items()) if v] or (
+            ["diagnostics: every check passed"] if model in (diagnostics_failures or {}) else []
+        )
+        measured = f"exact − BPDA {_pts(p.diff)} {_ci(p.ci_low, p.ci_high)}, p = {p.p_value:.2g}"
+        out.append(
+            Finding(
+                5, f"{scope} · {model} · {threat} ε = {eps:.4g}", measured, *_masking_verdict(p), table, notes
+            )
+        )
+    return out
+
+
+def _mode_table(
+    p: PairedComparison, blocked: Sequence[PairedComparison | None], threat: str, eps: float
+) -> pd.DataFrame:
+    rows = [
+        {
+            "comparison": "exact − bpda",
+            "n": p.n,
+            "a": p.acc_a,
+            "b": p.acc_b,
+            "diff": p.diff,
+            "ci_low": p.ci_low,
+            "ci_high": p.ci_high,
+            "p": p.p_value,
+        }
+    ]
+    if blocked and all(b is not None for b in blocked):
+        b = pooled_pairs([x for x in blocked if x is not None])
+        rows.append(
+            {
+                "comparison": "blocked − exact",
+                "n": b.n,
+                "a": b.acc_a,
+                "b": b.acc_b,
+                "diff": b.diff,
+                "ci_low": b.ci_low,
+                "ci_high": b.ci_high,
+                "p": b.p_value,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _masking_verdict(p: PairedComparison) -> tuple[str, str]:
+    words = f"exact McNemar p = {p.p_value:.2g} on {p.only_a} + {p.only_b} discordant of {p.n} examples"
+    if p.p_value < ALPHA:
+        return (
+            (SUPPORTED, words + ": BPDA breaks what exact gradients cannot")
+            if p.diff > 0
+            else (NOT_SUPPORTED, words + ": BPDA is weaker than exact gradients")
+        )
+    if p.ci_width <= vd.MAX_DIFF_CI_WIDTH:
+        return NOT_SUPPORTED, words + ": no gap, narrow interval"
+    return INCONCLUSIVE, words + ": no significant gap and a wide interval: attack more examples"

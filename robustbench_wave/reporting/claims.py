@@ -1,0 +1,377 @@
+"""``claims.md``: every claim of the source papers with its numbers, test, command and verdict, from saved
+results alone (nothing is trained or attacked again).
+
+Inputs (any subset, at least one): training data-set folders ``results/train/<slug>/`` (each finished
+``<model>/seed-<s>/config.json``, read with :func:`robustbench_wave.training.checkpoint.read_config` and
+checked against the spec hash recorded at training), attack run folders (:func:`runs.load_run`, which
+refuses partial or edited records) and the cost-model CSV of ``benchmarks/bench_cost_model.py``. A claim
+whose input is missing is "inconclusive at this scale: not measured", with the command that measures it.
+The verdicts come from :mod:`robustbench_wave.analysis.claims`; this module reads, groups and renders.
+The text depends only on the inputs (no clock, no absolute path added), so the same inputs rebuild the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from robustbench_wave.analysis import claims as cl
+from robustbench_wave.io import atomic_write_text
+from robustbench_wave.reporting.markdown import diagnostics_failures, format_percent
+from robustbench_wave.reporting.plots import plot_pareto
+from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
+from robustbench_wave.reporting.tables import markdown_table
+from robustbench_wave.training import checkpoint as ckpt
+
+log = logging.getLogger(__name__)
+
+NOT_MEASURED = "not measured"
+COST_COLUMNS = ("T", "H", "predicted_macs", "seconds_per_step")
+COST_CSV = "benchmarks/results/cost_model_grid.csv"
+TITLES = {
+    1: "The wavelet tokenizer trains faster and reaches better top-1 than the patch tokenizer at the same token count",
+    2: "The cost model: shrinking the token width H pays more than shrinking the token count T when T < H",
+    3: '"Naturally resistant to adversarial attacks", and where the robustness that survives comes from',
+    4: "Token Pooling gives a better accuracy–compute trade-off than the selection and pruning baselines",
+    5: "Token Pooling's discrete cluster assignment as a place where gradients can be masked",
+}
+SHORT = {
+    1: "wavelet trains faster, better top-1",
+    2: "cost model: H pays more than T",
+    3: "naturally resistant",
+    4: "Token Pooling trade-off",
+    5: "assignment masks gradients",
+}
+SOURCES = {
+    1: "Zhu & Soricut 2024 (wavelet tokenizer)",
+    2: "Zhu & Soricut 2024, §5.3; MACs as in Marin et al. 2023, Table 1",
+    3: "Zhu & Soricut 2024; judged as in Carlini et al. 2019 and Croce & Hein 2020",
+    4: "Marin et al., WACV 2023 (Token Pooling)",
+    5: "Marin et al., WACV 2023; masking as in Athalye et al. 2018",
+}
+#: Per claim: the command that measures it, and what to pass to this report afterwards.
+MEASURE = {
+    1: (
+        "python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed 0 1 2",
+        " (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>",
+    ),
+    2: ("python -m benchmarks.bench_cost_model", f", then pass --cost-model {COST_CSV}"),
+    3: ("make headline", " (Fashion-MNIST; or make cifar10), then pass --runs results/attack/<slug>/<run>"),
+    4: (
+        "python -m robustbench_wave.train --model SPEC.toml",
+        " for every Token Pooling method at 3 or more keep schedules (specs with a [tokenpool] table, like "
+        "models/*tokenpool*.toml), then pass --train results/train/<slug>",
+    ),
+    5: (
+        "make tokenpool",
+        " (pooled models under exact, blocked and BPDA gradients), then pass --runs <its run>",
+    ),
+}
+RULES = {
+    1: f"Paired by training seed. Supported only if the wavelet model is more accurate *and* faster in every "
+    f"one of at least {cl.MIN_SEEDS} seeds (with 3 seeds an exact sign test cannot go below p = 1/8, so "
+    "unanimity is the rule); not supported if it is better in no seed on either number; otherwise inconclusive.",
+    2: f"(a) Spearman ρ of predicted MACs and measured step time ≥ {cl.RANK_RHO}. (b) At every grid point with "
+    "T < H whose halvings were measured, the measured time ratio of halving H is below that of halving T by "
+    f"more than {cl.RATIO_TOL} (ratios are medians of interleaved repeats, measured side by side).",
+    3: "The verdict module's categories (robust under all attacks / partly masking, still more robust → "
+    "supported; gradient masking / no natural robustness → not supported; inconclusive / no baseline → "
+    "inconclusive), at each threat's reference budget, from the per-example worst case over every attack and "
+    "gradient mode, against the patch baseline with the exact McNemar test and Newcombe's interval. "
+    "Attribution: each ablation step's paired difference (to − from), Holm-adjusted, seeds pooled; the "
+    "chain's steps add up to wavelet − patch.",
+    4: f"Every method (K-Means, weighted K-Means, K-Medoids, weighted K-Medoids; random, importance, top-K, "
+    f"grid) at ≥ {cl.MIN_BUDGETS} budgets. Supported when every baseline point is dominated (fewer MACs and "
+    "higher accuracy, one strictly) by a clustering point; not supported when a baseline point dominates a "
+    "clustering point; else inconclusive.",
+    5: "Per pooled model: robust under every attack with exact gradients vs with BPDA (straight-through) "
+    f"gradients, paired on the same examples. Supported when exact is significantly above BPDA (α = {cl.ALPHA}); "
+    "not supported when not significant with a narrow interval (≤ 20 points); else inconclusive.",
+}
+
+
+@dataclass
+class ClaimInputs:
+    """What the claims report is built from (all validated on construction by :func:`load_inputs`)."""
+
+    runs: list[RunFolder] = field(default_factory=list)
+    train: pd.DataFrame = field(default_factory=pd.DataFrame)
+    train_dirs: list[Path] = field(default_factory=list)
+    cost: pd.DataFrame | None = None
+    cost_path: Path | None = None
+    command: str = ""
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def read_train_folder(folder: Path) -> list[dict[str, Any]]:
+    """One row per finished training run in ``folder`` (``<model>/seed-<s>/config.json``); unfinished runs
+    are skipped with a log line; an edited config.json (spec hash) is refused (ValueError, one line)."""
+    if not folder.is_dir():
+        raise ValueError(f"--train {folder}: not a folder; give results/train/<data set slug>")
+    rows = []
+    for config_path in sorted(folder.glob("*/seed-*/" + ckpt.CONFIG)):
+        config = ckpt.read_config(config_path.parent)
+        if "final" not in config:
+            log.info("%s: training not finished; left out", config_path.parent)
+            continue
+        ckpt.verify_spec(config, config_path)
+        rows.append(_train_row(config, config_path))
+    return rows
+
+
+def _train_row(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    final, spec = config["final"], config.get("model_spec") or {}
+    pool = spec.get("tokenpool") or {}
+    keep = pool.get("keep")
+    info = config.get("dataset_info") or {}
+    try:
+        return {
+            "dataset": str(info.get("slug") or path.parents[2].name),
+            "dataset_spec": str(config.get("dataset", "")),
+            "model": str(config["model"]),
+            "seed": int(config["seed"]),
+            "tokenizer": str(spec.get("tokenizer", "")),
+            "pool_method": pool.get("method"),
+            "pool_keep": "-".join(str(k) for k in keep) if isinstance(keep, list) else keep,
+            "tokens": final.get("tokens"),
+            "params": final.get("params"),
+            "gmacs": float(final.get("gmacs", math.nan)),
+            "test_accuracy": float(final["test_accuracy"]),
+            "train_images_per_s": float(final["train_images_per_s"]),
+            "train_seconds": float(final.get("train_seconds", math.nan)),
+            "command": train_command(config),
+        }
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: field {err} is missing or malformed; re-train with --fresh") from None
+
+
+def train_command(config: dict[str, Any]) -> str:
+    """The training command that produced a run (reconstructed from its recorded recipe and subsets)."""
+    recipe = config.get("recipe") or {}
+    parts = [
+        "python -m robustbench_wave.train", f"--model {config['model']}", f"--dataset {config.get('dataset')}",
+        f"--seed {config['seed']}", f"--epochs {recipe.get('epochs')}",
+    ]  # fmt: skip
+    for key, flag in (("train_subset", "--train-subset"), ("test_subset", "--test-subset")):
+        if config.get(key) is not None:
+            parts.append(f"{flag} {config[key]}")
+    if recipe.get("augmentation"):
+        parts.append("--augmentation")
+    return " ".join(parts)
+
+
+def read_cost_model(path: Path) -> pd.DataFrame:
+    """The cost-model CSV (columns :data:`COST_COLUMNS`, positive numbers); one-line ValueError else."""
+    if not path.is_file():
+        raise ValueError(f"--cost-model {path}: no such file; run python -m benchmarks.bench_cost_model")
+    try:
+        df = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"--cost-model {path}: cannot be read ({' '.join(str(err).split())})") from None
+    missing = [c for c in COST_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"--cost-model {path}: missing column(s) {missing}; need {list(COST_COLUMNS)}")
+    values = df[list(COST_COLUMNS)].apply(pd.to_numeric, errors="coerce")
+    if values.isna().any().any() or (values <= 0).any().any() or df.empty:
+        raise ValueError(f"--cost-model {path}: every {list(COST_COLUMNS)} value must be a positive number")
+    return values.astype({"T": int, "H": int})
+
+
+def load_inputs(
+    runs: Sequence[Path], train: Sequence[Path], cost: Path | None, command: str = ""
+) -> ClaimInputs:
+    """Read and check every input (ValueError, one line, naming it) before anything is written."""
+    if not runs and not train and cost is None:
+        raise ValueError("give at least one of --runs, --train, --cost-model")
+    folders = [load_run(r) for r in runs]
+    rows = [row for d in train for row in read_train_folder(Path(d))]
+    return ClaimInputs(
+        runs=folders,
+        train=pd.DataFrame(rows),
+        train_dirs=[Path(d) for d in train],
+        cost=read_cost_model(cost) if cost is not None else None,
+        cost_path=cost,
+        command=command,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ grouping
+def run_groups(runs: Sequence[RunFolder]) -> list[tuple[str, list[RunFolder]]]:
+    """Runs of one data set, suite and model set with distinct training seeds form one group (combined over
+    seeds); any other run is a group of its own. Named by data set, suite and run folder names."""
+    groups: dict[tuple, list[RunFolder]] = {}
+    for run in runs:
+        key = (
+            _dataset(run),
+            (run.meta.get("suite") or {}).get("name"),
+            tuple(sorted(run.meta.get("models") or {})),
+        )
+        group = groups.setdefault(key, [])
+        if run.train_seed is None or any(r.train_seed == run.train_seed for r in group):
+            groups[(*key, str(run.path))] = [run]
+        else:
+            group.append(run)
+    out = []
+    for key, members in groups.items():
+        if members:
+            names = ", ".join(r.path.name for r in members)
+            out.append((" · ".join(str(k) for k in (key[0], key[1], names) if k), members))
+    return out
+
+
+def _dataset(run: RunFolder) -> str:
+    info = (run.meta.get("dataset") or {}).get("info") or {}
+    return str(info.get("slug") or (run.meta.get("dataset") or {}).get("name") or run.path.parent.name)
+
+
+def _seeds(runs: Sequence[RunFolder]) -> list[int]:
+    return [i if r.train_seed is None else int(r.train_seed) for i, r in enumerate(runs)]
+
+
+# ------------------------------------------------------------------------------------------------ findings
+def not_measured(claim: int, what: str = "") -> cl.Finding:
+    """The finding of a claim without its input."""
+    command, then = MEASURE[claim]
+    reason = f"not measured{(' (' + what + ')') if what else ''} — run `{command}`{then}"
+    return cl.Finding(claim, "—", NOT_MEASURED, cl.INCONCLUSIVE, reason)
+
+
+def all_findings(inputs: ClaimInputs) -> dict[int, list[cl.Finding]]:
+    """Every claim's findings from whatever the inputs hold, each with the commands that produced them."""
+    train = inputs.train
+    out: dict[int, list[cl.Finding]] = {k: [] for k in TITLES}
+    if not train.empty:
+        out[1] = _with_train_commands(cl.tokenizer_claim(train[train["pool_method"].isna()]), train)
+        out[4] = _with_train_commands(cl.tokenpool_claim(train), train)
+    if inputs.cost is not None:
+        out[2] = cl.cost_model_claim(inputs.cost)
+        for f in out[2]:
+            f.commands = [f"{MEASURE[2][0]}  # wrote {inputs.cost_path}"]
+    for scope, group in run_groups(inputs.runs):
+        found = _group_findings(scope, group)
+        commands = [
+            str((r.meta.get("run") or {}).get("command") or f"(no command recorded in {r.path})")
+            for r in group
+        ]
+        for f in found:
+            f.commands = commands
+            out[f.claim].append(f)
+    given = {
+        1: not train.empty,
+        2: inputs.cost is not None,
+        3: bool(inputs.runs),
+        4: not train.empty,
+        5: bool(inputs.runs),
+    }
+    for claim, found in out.items():
+        if not found:
+            out[claim] = [not_measured(claim, "its inputs hold no such measurement" if given[claim] else "")]
+    return out
+
+
+def _group_findings(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
+    """Claims 3 and 5 on one group of attack runs (one per training seed)."""
+    records, seeds, k = [r.records for r in group], _seeds(group), class_count(group)
+    fails = diagnostics_failures(group)
+    found = cl.robustness_claim(records, seeds, scope=scope, num_classes=k, diagnostics_failures=fails)
+    for threat in ("Linf", "L2"):
+        step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
+        found += [step] if step else []
+    return found + cl.assignment_masking_claim(records, scope=scope, diagnostics_failures=fails)
+
+
+def _with_train_commands(found: list[cl.Finding], train: pd.DataFrame) -> list[cl.Finding]:
+    for f in found:
+        f.commands = sorted(set(train.loc[train["dataset"] == f.scope.split(" · ")[0], "command"]))
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+def claims_table(findings: dict[int, list[cl.Finding]]) -> pd.DataFrame:
+    """The short table the README quotes: claim, scope, measured, verdict."""
+    rows = [
+        {"claim": f"{c}. {SHORT[c]}", "scope": f.scope, "measured": f.measured, "verdict": f"**{f.verdict}**"}
+        for c, found in findings.items()
+        for f in found
+        if f.headline
+    ]
+    return pd.DataFrame(rows)
+
+
+HIDDEN_COLUMNS = ("modes", "lowfreq_alone")
+
+
+def _formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """Fractions as percentages where the column holds accuracies or differences; columns without any
+    value (an attack not in the suite) and bookkeeping columns left out."""
+    df = table.drop(columns=[c for c in HIDDEN_COLUMNS if c in table]).dropna(axis=1, how="all")
+    if "seed" in df and df["seed"].nunique() <= 1:
+        df = df.drop(columns="seed")
+    pct = [c for c in df.columns if c in ("clean", "worst_case", "gradient_free", "transfer", "lowfreq", "noise",
+                                          "diff", "ci_low", "ci_high", "a", "b", "accuracy", "acc_sd", "seed sd")
+           or str(c).startswith("wb_")]  # fmt: skip
+    for c in pct:
+        df[c] = [format_percent(v) for v in df[c]]
+    for c in [
+        c
+        for c in df.columns
+        if str(c).startswith("p") and c not in pct and c not in ("params", "pareto", "predicted_macs")
+    ]:
+        df[c] = [f"{float(v):.3g}" if pd.notna(v) else "" for v in df[c]]
+    return df
+
+
+def finding_markdown(f: cl.Finding, inputs: ClaimInputs, figures: dict[str, str]) -> str:
+    parts = [f"### {f.scope}", f"**Verdict: {f.verdict}** — {f.reason}."]
+    if f.measured != NOT_MEASURED:
+        parts.append(f"Measured: {f.measured}.")
+    if not f.table.empty:
+        parts.append(markdown_table(_formatted(f.table)))
+    parts += list(dict.fromkeys(f.notes))
+    if f.scope in figures:
+        parts.append(f"![Pareto front: {f.scope}]({figures[f.scope]})")
+    if f.commands:
+        parts.append("Produced by:\n\n```\n" + "\n".join(f.commands) + "\n```")
+    return "\n\n".join(parts)
+
+
+def render_claims(inputs: ClaimInputs, findings: dict[int, list[cl.Finding]], figures: dict[str, str]) -> str:
+    """The whole claims.md (deterministic in its inputs)."""
+    head = [
+        "# Claims of the source papers, tested",
+        "Built from saved results alone (no attack or training re-run). Rebuild with:",
+        f"```\n{inputs.command}\n```" if inputs.command else "",
+        markdown_table(claims_table(findings)),
+    ]
+    body = []
+    for claim, found in findings.items():
+        body.append(f"## {claim}. {TITLES[claim]}\n\n_Source: {SOURCES[claim]}._ Rule: {RULES[claim]}")
+        body += [finding_markdown(f, inputs, figures) for f in found]
+    return "\n\n".join(p for p in [*head, *body] if p) + "\n"
+
+
+def pareto_figures(findings: Sequence[cl.Finding], out_dir: Path) -> dict[str, str]:
+    """One Pareto PNG per claim-4 finding with points, next to claims.md: scope -> relative file name."""
+    out = {}
+    for f in findings:
+        if f.table.empty or "gmacs" not in f.table:
+            continue
+        name = "claims-pareto-" + "".join(ch if ch.isalnum() else "-" for ch in f.scope).strip("-") + ".png"
+        if plot_pareto(f.table, out_dir / name, title=f"Token Pooling — {f.scope}") is not None:
+            out[f.scope] = name
+    return out
+
+
+def write_claims(inputs: ClaimInputs, out: Path, *, figures: bool = True) -> list[Path]:
+    """Compute every finding, draw the Pareto figures next to ``out``, write ``out`` atomically."""
+    findings = all_findings(inputs)
+    figs = pareto_figures(findings[4], out.parent) if figures else {}
+    text = render_claims(inputs, findings, figs)
+    return [atomic_write_text(out, text), *(out.parent / n for n in figs.values())]

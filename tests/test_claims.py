@@ -1,0 +1,289 @@
+"""The claims report: each claim's verdict on inputs built with a known answer, the report rebuilt byte for
+byte from the same inputs, missing inputs named with their command, bad inputs refused before any write.
+
+The oracles are the constructions themselves (synthetic records in which the first k examples stay robust,
+so worst cases and paired tables are known by hand; training rows and cost grids with a chosen order), and
+the analytic cost model written out by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from robustbench_wave import report
+from robustbench_wave.analysis import claims as cl
+from robustbench_wave.evaluation.result import EvaluationResult
+from robustbench_wave.reporting import claims as rc
+from robustbench_wave.training.checkpoint import spec_sha256
+from tests.support.masking_models import NUM_CLASSES, baseline_spec, masking_spec, synthetic_records
+
+N = 100
+
+
+def _candidate(worst: int, blocked: int | None = None) -> dict:
+    """A wavelet-family candidate whose worst case over every attack and mode keeps ``worst`` examples."""
+    return masking_spec(blocked=blocked or worst, exact=worst, bpda=worst, square=worst, transfer=worst)
+
+
+def _records(models: dict[str, dict], n: int = N) -> pd.DataFrame:
+    return pd.concat([synthetic_records(m, spec, n=n) for m, spec in models.items()], ignore_index=True)
+
+
+def _claim3(records: pd.DataFrame) -> cl.Finding:
+    found = cl.robustness_claim([records], [0], scope="s", num_classes=NUM_CLASSES)
+    (finding,) = [f for f in found if "wavelet" in f.scope and "Linf" in f.scope]
+    return finding
+
+
+# ------------------------------------------------------------------------------------------------ claim 3
+def test_claim3_robust_candidate_is_supported():
+    rec = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    f = _claim3(rec)
+    assert f.verdict == cl.SUPPORTED, f.reason
+    assert "+55.0 pts" in f.measured  # 65 - 10 of 100, by construction
+
+
+def test_claim3_masking_candidate_is_not_supported():
+    rec = _records({"wavelet": masking_spec(), "patch": baseline_spec()})  # blocked 90, worst case 3
+    f = _claim3(rec)
+    assert f.verdict == cl.NOT_SUPPORTED
+    assert "blocked − worst +87.0 pts" in f.measured
+
+
+def test_claim3_small_undecided_comparison_is_inconclusive():
+    rec = _records({"wavelet": _candidate(6), "patch": baseline_spec(pgd=4, square=30)}, n=20)
+    f = _claim3(rec)
+    assert f.verdict == cl.INCONCLUSIVE and "attack more examples" in f.reason
+
+
+def _chain(sparse_gain: int) -> pd.DataFrame:
+    worst = {"patch": 10, "patch-raw": 12, "wavelet-denseproj": 12, "wavelet-dense": 14}
+    models = {m: baseline_spec(pgd=k, square=k) for m, k in worst.items()}
+    models["wavelet"] = _candidate(14 + sparse_gain)
+    return _records(models)
+
+
+def test_attribution_finds_the_sparsification_step_and_the_chain_adds_up():
+    f = cl.attribution([_chain(46)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    assert f is not None and f.verdict == cl.SUPPORTED
+    steps = f.table.set_index("step")
+    assert steps["significant"].to_dict() == {
+        "input normalisation (patch without input standardisation)": False,
+        "rotation / level shift (db1 DWT with a dense projection)": False,
+        "block-sparse projection": False,
+        "sparsification": True,
+    }
+    assert steps["diff"].sum() == pytest.approx((60 - 10) / N)  # telescopes to wavelet − patch
+    assert steps.loc["sparsification", "only to"] == 46 and steps.loc["sparsification", "only from"] == 0
+
+
+def test_attribution_without_a_sparsification_effect_is_not_supported():
+    f = cl.attribution([_chain(0)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    assert f.verdict == cl.NOT_SUPPORTED  # zero discordant pairs on 100 examples: a narrow interval
+
+
+def test_holm_matches_hand_computation():
+    assert cl.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+# ------------------------------------------------------------------------------------------------ claim 5
+def _pooled_model(exact: int, bpda: int, blocked: int = 90, n: int = N) -> pd.DataFrame:
+    spec = {
+        ("exact", "pgd_linf", "pgd", "white-box"): exact,
+        ("bpda", "pgd_linf", "pgd", "white-box"): bpda,
+        ("blocked", "pgd_linf", "pgd", "white-box"): blocked,
+    }
+    return synthetic_records("patch-tokenpool", spec, n=n)
+
+
+@pytest.mark.parametrize(
+    ("exact", "bpda", "n", "expected"),
+    [(60, 20, 100, cl.SUPPORTED), (30, 30, 100, cl.NOT_SUPPORTED), (6, 4, 20, cl.INCONCLUSIVE)],
+)
+def test_claim5_exact_vs_bpda(exact, bpda, n, expected):
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim([_pooled_model(exact, bpda, n=n)], scope="s")
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == expected, f.reason
+    row = f.table.set_index("comparison").loc["exact − bpda"]
+    assert row["diff"] == pytest.approx((exact - bpda) / n)
+
+
+# ------------------------------------------------------------------------------------------------ claim 1
+def _train_rows(acc_gain: list[float], speed_gain: list[float], dataset: str = "d") -> pd.DataFrame:
+    rows = []
+    for seed, (da, ds) in enumerate(zip(acc_gain, speed_gain)):
+        for model, acc, speed in (("patch", 0.8, 500.0), ("wavelet", 0.8 + da, 500.0 + ds)):
+            rows.append(
+                {"dataset": dataset, "model": model, "seed": seed, "tokens": 64, "params": 1, "gmacs": 0.01,
+                 "test_accuracy": acc, "train_images_per_s": speed, "pool_method": None}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    ("acc", "speed", "expected"),
+    [
+        ([0.01, 0.02, 0.03], [10, 20, 5], cl.SUPPORTED),
+        ([0.01, 0.02], [10, 20], cl.INCONCLUSIVE),  # two seeds
+        ([-0.01, -0.02, -0.03], [10, 20, 5], cl.NOT_SUPPORTED),
+        ([0.01, -0.02, 0.03], [10, 20, 5], cl.INCONCLUSIVE),  # the seeds disagree
+    ],
+)
+def test_claim1_verdict_over_seeds(acc, speed, expected):
+    (f,) = cl.tokenizer_claim(_train_rows(acc, speed))
+    assert f.verdict == expected, f.reason
+
+
+def test_sign_test_is_the_binomial_tail():
+    assert cl.sign_test_p([1, 1, 1]) == pytest.approx(1 / 8)
+    assert cl.sign_test_p([1, 1, -1, 1]) == pytest.approx(5 / 16)
+
+
+# ------------------------------------------------------------------------------------------------ claim 2
+def test_cost_model_formula_by_hand():
+    # T = 8, H = 32, m = 2: 2·64·32 + 4·8·1024 + 2·2·8·1024 = 4096 + 32768 + 32768
+    assert cl.predicted_body_macs(8, 32, 2.0) == 69632
+    from benchmarks.bench_cost_model import predicted_macs, step_fn
+
+    body = {"depth": 4, "num_heads": 4, "mlp_ratio": 2.0}
+    assert predicted_macs(8, 32, body, batch=2) == 2 * 4 * 69632
+    step_fn(8, 32, body, batch=2)()  # one forward + backward runs (no timing asserted)
+
+
+def _grid(seconds) -> pd.DataFrame:
+    pts = [(t, h) for t in (8, 16, 32, 64) for h in (32, 64, 128)]
+    return pd.DataFrame(
+        [{"T": t, "H": h, "predicted_macs": cl.predicted_body_macs(t, h), "seconds_per_step": seconds(t, h)}
+         for t, h in pts]
+    )  # fmt: skip
+
+
+def test_cost_model_claim_when_time_follows_macs_is_supported():
+    rank, halving = cl.cost_model_claim(_grid(lambda t, h: 1e-9 * cl.predicted_body_macs(t, h)))
+    assert rank.verdict == cl.SUPPORTED and "ρ = 1.000" in rank.measured
+    assert halving.verdict == cl.SUPPORTED
+    assert list(zip(halving.table["T"], halving.table["H"])) == [
+        (16, 64),
+        (16, 128),
+        (32, 64),
+        (32, 128),
+        (64, 128),
+    ]
+
+
+def test_cost_model_claim_when_only_tokens_cost_is_not_supported():
+    rank, halving = cl.cost_model_claim(_grid(lambda t, h: 1e-6 * t))  # width costs nothing
+    assert halving.verdict == cl.NOT_SUPPORTED
+    assert rank.verdict == cl.NOT_SUPPORTED  # MACs grow with H, time does not
+
+
+# ------------------------------------------------------------------------------------------------ claim 4
+def _pool_rows(clustering_acc: float, budgets: int = 3) -> pd.DataFrame:
+    rows = []
+    for method in (*cl.CLUSTERING, *cl.POOL_BASELINES):
+        acc = clustering_acc if method in cl.CLUSTERING else 0.7
+        for b in range(budgets):
+            rows.append(
+                {"dataset": "d", "tokenizer": "patch", "pool_method": method, "pool_keep": f"k{b}",
+                 "gmacs": 0.01 * (b + 1), "test_accuracy": acc + 0.01 * b, "seed": 0}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    ("acc", "budgets", "expected"),
+    [(0.8, 3, cl.SUPPORTED), (0.6, 3, cl.NOT_SUPPORTED), (0.8, 2, cl.INCONCLUSIVE)],
+)
+def test_claim4_pareto(acc, budgets, expected):
+    (f,) = cl.tokenpool_claim(_pool_rows(acc, budgets))
+    assert f.verdict == expected, f.reason
+
+
+def test_pareto_front_by_hand():
+    pts = pd.DataFrame({"gmacs": [1.0, 2.0, 2.0, 3.0], "accuracy": [0.5, 0.7, 0.6, 0.7]})
+    assert cl.pareto_front(pts).tolist() == [True, True, False, False]
+
+
+# ------------------------------------------------------------------------------------------------ the report
+def _write_train(root: Path) -> Path:
+    folder = root / "train" / "d"
+    for model, acc in (("patch", 0.8), ("wavelet", 0.82)):
+        for seed in range(3):
+            spec, info = {"name": model, "tokenizer": model}, {"slug": "d", "num_classes": NUM_CLASSES}
+            config = {
+                "model": model, "seed": seed, "dataset": "synthetic", "dataset_info": info, "model_spec": spec,
+                "recipe": {"epochs": 2},
+                "final": {"test_accuracy": acc + 0.01 * seed, "train_images_per_s": 100.0 + seed + (model == "wavelet"),
+                          "tokens": 64, "params": 10, "gmacs": 0.01, "spec_sha256": spec_sha256(spec, info)},
+            }  # fmt: skip
+            (folder / model / f"seed-{seed}").mkdir(parents=True)
+            (folder / model / f"seed-{seed}" / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _write_run(root: Path) -> Path:
+    rec = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    meta = {
+        "dataset": {"name": "synthetic", "info": {"num_classes": NUM_CLASSES, "slug": "d"}},
+        "n_examples": N,
+        "models": {"wavelet": {"train_seed": 0}, "patch": {"train_seed": 0}},
+        "run": {"command": "python -m robustbench_wave.attack --model patch --model wavelet"},
+    }
+    run = root / "attack" / "d" / "run0"
+    EvaluationResult(rec, meta).save(run)
+    return run
+
+
+def test_report_rebuilds_byte_identical_and_names_missing_inputs(tmp_path):
+    train, run = _write_train(tmp_path), _write_run(tmp_path)
+    out = tmp_path / "out" / "claims.md"
+    argv = ["claims", "--runs", str(run), "--train", str(train), "--out", str(out)]
+    assert report.main(argv) == 0
+    first = out.read_bytes()
+    assert report.main(argv) == 0
+    assert out.read_bytes() == first
+    text = first.decode()
+    table = text.split("\n## ")[0]
+    assert "| 1. wavelet trains faster, better top-1 | d |" in table and "**supported**" in table
+    # the cost model was not given: inconclusive, with the command that measures it
+    assert "inconclusive at this scale** — not measured — run `python -m benchmarks.bench_cost_model`" in text
+    assert "python -m robustbench_wave.attack --model patch --model wavelet" in text  # the run's command
+
+
+def test_missing_inputs_each_name_their_command():
+    findings = rc.all_findings(rc.ClaimInputs(cost=_grid(lambda t, h: 1.0 * t * h)))
+    for claim in (1, 3, 4, 5):
+        (f,) = findings[claim]
+        assert f.verdict == cl.INCONCLUSIVE and f"run `{rc.MEASURE[claim][0]}`" in f.reason
+
+
+def test_cli_refuses_a_missing_run_folder_in_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "claims.md"
+    with pytest.raises(SystemExit) as err:
+        report.main(["claims", "--runs", str(tmp_path / "nope"), "--out", str(out)])
+    message = str(err.value)
+    assert "\n" not in message and "nope" in message
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_a_bad_cost_csv_and_no_input(tmp_path):
+    bad = tmp_path / "c.csv"
+    bad.write_text("T,H\n1,2\n")
+    with pytest.raises(SystemExit, match="missing column"):
+        report.main(["claims", "--cost-model", str(bad), "--out", str(tmp_path / "c.md")])
+    with pytest.raises(SystemExit, match="at least one"):
+        report.main(["claims", "--out", str(tmp_path / "c.md")])
+    assert not (tmp_path / "c.md").exists()
+
+
+def test_spearman_handles_ties_and_constants():
+    assert cl.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(cl.spearman([1, 1, 1], [1, 2, 3]))
