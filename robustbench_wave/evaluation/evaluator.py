@@ -299,6 +299,12 @@ def _eligible(run: _Run, entry: AttackEntry, modes: list[str], eps: float) -> di
     return {m: run.state.robust(m, entry.threat, eps) for m in modes}
 
 
+def _mark_broken(run: _Run, mode: str, entry: AttackEntry, eps: float, frame: pd.DataFrame) -> None:
+    """The points this block's attack broke leave the running worst case of ``mode`` at ``eps`` and above."""
+    broken = torch.from_numpy(np.array(frame["attacked"] & ~frame["correct"], dtype=bool))
+    run.state.mark_broken(mode, entry.threat, eps, broken)
+
+
 def _run_eps(
     run: _Run, entry: AttackEntry, mode: str, backend: str, eps: float, note: str | None
 ) -> tuple[list[pd.DataFrame], dict[str, Any], torch.Tensor]:
@@ -316,8 +322,7 @@ def _run_eps(
     for m in rec_modes:
         frame = _records(run, _block(run, entry, m, eps, backend), eligible[m] & target, idx, outcome)
         frames.append(frame)
-        broken = torch.from_numpy(np.array(frame["attacked"] & ~frame["correct"], dtype=bool))
-        run.state.mark_broken(m, entry.threat, eps, broken)
+        _mark_broken(run, m, entry, eps, frame)
     timing = _timing(entry, mode, eps, backend, len(idx), t0)
     return frames, ({**timing, "note": note} if note else timing), idx
 
@@ -334,9 +339,7 @@ def _cross_check_eps(
     attacked = torch.zeros(len(run.labels), dtype=torch.bool)
     attacked[idx] = True
     frame = _records(run, _block(run, entry, mode, eps, backend, label), attacked, idx, outcome)
-    run.state.mark_broken(
-        mode, entry.threat, eps, torch.from_numpy(np.array(frame["attacked"] & ~frame["correct"], dtype=bool))
-    )
+    _mark_broken(run, mode, entry, eps, frame)
     return frame, {**_timing(entry, mode, eps, backend, len(idx), t0), "attack": label, "crosscheck": True}
 
 
