@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED = 1
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline tokenpool cifar10 test lint venv bench
+.PHONY: demo headline tokenpool tokenpool-pareto cifar10 test lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,24 @@ cifar10: $(STAMP)
 		--epochs $(CIFAR10_EPOCHS) --out $(OUT) --parallel runs
 	$(RUN) -m robustbench_wave.attack $(foreach m,$(CIFAR10_MODELS),--model $(m)) --dataset $(CIFAR10) \
 		--suite $(CIFAR10_SUITE) --n-examples $(CIFAR10_N) --out $(OUT)
+
+## Claim 4 (Token Pooling's accuracy-compute trade-off): every pooling method at three keep schedules
+## (models/tokenpool-pareto/), each fine-tuned for POOL_EPOCHS at POOL_LR from the trained `patch` model of the
+## same seed, as the paper does; the whole grid for POOL_SEEDS, the middle budget also for POOL_MID_SEEDS.
+## `make claims` then draws the Pareto figure from these training runs alone.
+POOL_EPOCHS  ?= 1
+POOL_LR      ?= 0.0005
+POOL_SEEDS   ?= 0
+POOL_MID_SEEDS ?= 1 2
+POOL_ARGS    ?=
+POOL_GRID    := $(sort $(wildcard models/tokenpool-pareto/*.toml))
+POOL_TUNE    := $(RUN) -m robustbench_wave.train --dataset fashion-mnist --epochs $(POOL_EPOCHS) --lr $(POOL_LR) \
+	--out $(OUT) --parallel runs $(POOL_ARGS)
+tokenpool-pareto: $(STAMP)
+	$(RUN) -m robustbench_wave.train --model patch --dataset fashion-mnist --seed $(POOL_SEEDS) $(POOL_MID_SEEDS) \
+		--out $(OUT) --parallel runs
+	$(POOL_TUNE) $(foreach s,$(POOL_GRID),--model $(s)) --seed $(POOL_SEEDS)
+	$(POOL_TUNE) $(foreach s,$(filter %-48-32-16-16.toml,$(POOL_GRID)),--model $(s)) --seed $(POOL_MID_SEEDS)
 
 ## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
 ## benchmarks/results/latest.csv and latest.md. `make bench BENCH_ARGS=--quick` for a smoke run.

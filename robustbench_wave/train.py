@@ -50,6 +50,7 @@ from robustbench_wave.training.runner import (
     TrainConfig,
     TrainingData,
     check_splits,
+    init_source,
     load_training_data,
     train_model,
 )
@@ -260,6 +261,7 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[str], list[int], TrainC
         check_buildable(spec, info, str(spec_path(name)))
         for seed in seeds:
             check_inside(out, run_dir(out, info.slug, spec["name"], seed))
+            init_source(spec, info, out, seed)  # a fine-tuning base must be trained already
     check_bf16(resolve_device(args.device), config.bf16)
     return names, seeds, config, info
 

@@ -8,6 +8,10 @@ and the body sizes must make a transformer, so that a bad spec ends with one lin
 instead of a traceback from deep inside timm.  An optional top-level ``normalize_input = true|false``
 overrides the tokenizer's default (whether the model standardises its [0, 1] inputs with the data set's
 mean/std), for ablations; a spec without it resolves exactly as before (so its sha256 does not move).
+An optional ``init_from = "<zoo model>"`` makes training fine-tune from that model's finished run (same data
+set, same seed) instead of a random initialisation -- how Token Pooling is trained in its paper. A spec
+with ``extends = "<zoo model or TOML path>"`` starts from that spec's fields and overrides the ones it gives
+(tables merged key by key), so a grid of variants (``models/tokenpool-pareto/``) states only what differs.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     if not path.exists():
         known = ", ".join(list_zoo(zoo_dir)) or "(none found)"
         raise ValueError(f"unknown model {str(name_or_path)!r}; zoo models in {zoo_dir}: {known}")
-    spec = _read_toml(path)
+    spec = _with_base(_read_toml(path), path, zoo_dir)
     spec.setdefault("name", path.stem)
     spec.setdefault("tokenizer_args", {})
     check_safe_name(spec["name"], f"{path}: name")
@@ -75,6 +79,7 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     if not isinstance(spec["tokenizer_args"], dict):
         raise ValueError(f"{path}: 'tokenizer_args' must be a table, got {spec['tokenizer_args']!r}")
     check_normalize_input(spec, str(path))
+    check_init_from(spec, str(path))
     body = spec.get("body", "tiny")
     if isinstance(body, str):
         bodies = load_bodies(zoo_dir)
@@ -92,6 +97,37 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     return spec
 
 
+def _with_base(
+    spec: dict[str, Any], path: Path, zoo_dir: Path, seen: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """``spec`` merged over the spec it ``extends`` (recursively; a zoo name, or a TOML path relative to
+    ``path``'s folder). The base's ``name`` is not inherited: every spec is its own run folder."""
+    base_ref = spec.pop("extends", None)
+    if base_ref is None:
+        return spec
+    if not isinstance(base_ref, str):
+        raise ValueError(f"{path}: extends = {base_ref!r} must be a zoo model name or a TOML path")
+    base_path = spec_path(base_ref, zoo_dir)
+    if base_path.suffix == ".toml" and not base_path.is_absolute() and str(base_ref).endswith(".toml"):
+        base_path = path.parent / base_path
+    if not base_path.exists():
+        raise ValueError(f"{path}: extends {base_ref!r}, which is not a zoo model or TOML file")
+    if base_path.resolve() in seen or base_path.resolve() == path.resolve():
+        raise ValueError(f"{path}: extends {base_ref!r} in a cycle")
+    base = _with_base(_read_toml(base_path), base_path, zoo_dir, (*seen, path.resolve()))
+    base.pop("name", None)
+    return _merged(base, spec)
+
+
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: tables merge key by key, every other value replaces the base's."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        both_tables = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both_tables else copy.deepcopy(value)
+    return out
+
+
 def check_normalize_input(spec: dict[str, Any], where: str) -> None:
     """``normalize_input``, when a spec sets it, must be a TOML boolean (a string "false" would be truthy)."""
     value = spec.get("normalize_input")
@@ -100,6 +136,18 @@ def check_normalize_input(spec: dict[str, Any], where: str) -> None:
             f"{where}: normalize_input = {value!r} must be true or false (whether the model standardises its "
             f"[0, 1] inputs with the data set's mean/std); leave it out for the tokenizer's default"
         )
+
+
+def check_init_from(spec: dict[str, Any], where: str) -> None:
+    """``init_from``, when a spec sets it, names another model (a safe run-folder name, not the spec itself)."""
+    if "init_from" not in spec:
+        return
+    base = spec["init_from"]
+    if not isinstance(base, str):
+        raise ValueError(f'{where}: init_from = {base!r} must be the name of a zoo model, e.g. "patch"')
+    check_safe_name(base, f"{where}: init_from")
+    if base == spec["name"]:
+        raise ValueError(f"{where}: init_from = {base!r} names the spec itself; name the unpooled model")
 
 
 def input_normalized(spec: dict[str, Any], default: bool) -> bool:

@@ -65,9 +65,9 @@ MEASURE = {
     2: ("python -m benchmarks.bench_cost_model", f", then pass --cost-model {COST_CSV}"),
     3: ("make headline", " (Fashion-MNIST; or make cifar10), then pass --runs results/attack/<slug>/<run>"),
     4: (
-        "python -m robustbench_wave.train --model SPEC.toml",
-        " for every Token Pooling method at 3 or more keep schedules (specs with a [tokenpool] table, like "
-        "models/*tokenpool*.toml), then pass --train results/train/<slug>",
+        "make tokenpool-pareto",
+        " (every Token Pooling method at 3 keep schedules, models/tokenpool-pareto/, fine-tuned from the "
+        "trained patch model), then pass --train results/train/<slug>",
     ),
     5: (
         "make tokenpool",

@@ -219,9 +219,43 @@ def train_model(
     check_splits(data, config.recipe)
     spec = load_spec(name)
     directory = check_inside(config.out, ckpt.run_dir(config.out, data.info.slug, spec["name"], seed))
-    fingerprint = run_fingerprint(spec, config.recipe, data.info, seed, config.fingerprint_fields)
+    init = init_source(spec, data.info, config.out, seed)
+    fields = {**config.fingerprint_fields, **({"init_from": init} if init else {})}
+    fingerprint = run_fingerprint(spec, config.recipe, data.info, seed, fields)
     with _locked(directory, ctx):
-        return _train_locked(spec, data, config, seed, ctx, directory, fingerprint)
+        return _train_locked(spec, data, config, seed, ctx, directory, fingerprint, init)
+
+
+def init_source(spec: dict, info: DatasetInfo, out: Path, seed: int) -> dict[str, Any] | None:
+    """The finished run a spec with ``init_from`` fine-tunes from (same data set, same seed): its model,
+    seed and weights' sha256, which enter the fine-tuned run's fingerprint (a retrained base retrains the
+    fine-tuned run). None without ``init_from``; ValueError naming the command that trains a missing base."""
+    base = spec.get("init_from")
+    if base is None:
+        return None
+    directory = ckpt.run_dir(out, info.slug, base, seed)
+    config = ckpt.read_config(directory) if (directory / ckpt.CONFIG).exists() else {}
+    sha = (config.get("final") or {}).get("checkpoint_sha256")
+    if not isinstance(sha, str):
+        raise ValueError(
+            f"{spec['name']} fine-tunes from {base!r} (init_from), which has no finished run in {directory}; "
+            f"train it first: python -m robustbench_wave.train --model {base} --dataset {info.name} "
+            f"--seed {seed} --out {out}"
+        )
+    return {"model": base, "seed": seed, "checkpoint_sha256": sha}
+
+
+def load_init_weights(model: nn.Module, init: dict[str, Any], info: DatasetInfo, out: Path) -> None:
+    """Copy the base run's weights (sha256 and spec hash checked by ``load_trained``) into ``model``; a
+    base whose parameters do not fit the fine-tuned model is refused naming both."""
+    base, _ = ckpt.load_trained(init["model"], info.slug, out, init["seed"])
+    try:
+        model.load_state_dict(base.state_dict())
+    except RuntimeError as err:
+        raise ValueError(
+            f"init_from {init['model']!r}: its weights do not fit this model ({str(err).splitlines()[0]}); "
+            "init_from must name the same architecture without pooling"
+        ) from None
 
 
 @contextmanager
@@ -248,7 +282,7 @@ def _locked(directory: Path, ctx: DistContext) -> Iterator[None]:
 
 def _train_locked(
     spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext, directory: Path,
-    fingerprint: str,
+    fingerprint: str, init: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """:func:`train_model` once the run folder is locked: discard (--fresh), reuse, or train and resume."""
     name, recipe = spec["name"], config.recipe
@@ -259,10 +293,10 @@ def _train_locked(
     if existing is not None:
         log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
         return existing
-    run, done, history = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint)
+    run, done, history = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint, init)
     if done:
         log.info("%s seed %d: resuming after epoch %d/%d", name, seed, done, recipe.epochs)
-    run_config = _run_config(run, spec, data.info, config)
+    run_config = _run_config(run, spec, data.info, config) | ({"init_from": init} if init else {})
     if ctx.is_main:
         atomic_write_json(directory / ckpt.CONFIG, run_config)
         ckpt.write_metrics(directory, history)  # the resume state's epochs, each once
@@ -290,13 +324,16 @@ def _run_config(run: _Run, spec: dict, info: DatasetInfo, config: TrainConfig) -
 
 def _start_run(
     name: str, spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext,
-    directory: Path, fingerprint: str,
+    directory: Path, fingerprint: str, init: dict[str, Any] | None = None,
 ) -> tuple[_Run, int, list[dict[str, Any]]]:  # fmt: skip
     """The seeded model, optimizer and schedule, restored from the resume state on every rank (the
     number of completed epochs and their metrics are returned); DDP wraps the model only after that, so all
-    ranks agree."""
+    ranks agree. With ``init`` the model starts from the base run's weights (a resume state overrides them)."""
     torch.manual_seed(seed)
-    model = build_model(spec, data.info).to(ctx.device)
+    model = build_model(spec, data.info)
+    if init is not None:
+        load_init_weights(model, init, data.info, config.out)
+    model = model.to(ctx.device)
     optimizer = build_optimizer(model, config.recipe)
     scheduler = build_scheduler(optimizer, config.recipe, len(data.train_labels) // config.recipe.batch_size)
     done, history = ckpt.load_resume_state(directory, model, optimizer, scheduler, fingerprint)
