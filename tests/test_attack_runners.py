@@ -329,7 +329,8 @@ def test_square_small_eps_budget_is_an_explicit_protocol_choice(monkeypatch):
 
 
 def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> None:
-    """Records must not depend on how points are batched (batch size, shards): GradSafe pads a singleton."""
+    """Records must not depend on how points are batched (batch size, shards): GradSafe pads batches below
+    MIN_ROWS rows (on AVX-512 CPUs batches of 1 and 2 rows both take other kernels)."""
     from robustbench_wave.data import dataset_info
     from robustbench_wave.models.vit import build_model
 
@@ -339,3 +340,5 @@ def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> 
     with torch.no_grad():
         batched = model(x)
         assert all(torch.equal(model(x[i : i + 1]), batched[i : i + 1]) for i in range(5))
+        assert all(torch.equal(model(x[i : i + 2]), batched[i : i + 2]) for i in range(4))
+        assert torch.equal(model(x[1:4]), batched[1:4])

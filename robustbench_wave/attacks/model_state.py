@@ -51,6 +51,10 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+#: Fewest rows a forward pass through :class:`GradSafe` takes (smaller batches are padded with copies).
+MIN_ROWS = 4
+
+
 class GradSafe(nn.Module):
     """Adds ``0 * sum(x)`` to the logits so a blocked front-end gives a *zero* input gradient, not an error.
 
@@ -67,10 +71,12 @@ class GradSafe(nn.Module):
         self._device_anchor = nn.Parameter(torch.zeros(0, device=model_device(model)), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # A one-row batch takes other CPU kernels (matrix-vector) than every larger batch, so a point's logits
-        # would differ in the last bits from the same point inside a batch; padding with a copy keeps records
-        # independent of how points are batched (batch size, shards, points left to attack).
-        logits = self.model(torch.cat([x, x]))[:1] if x.shape[0] == 1 else self.model(x)
+        # Batches of very few rows take other CPU kernels (matrix-vector, small-M GEMM; on AVX-512 machines
+        # up to 2 rows) than larger ones, so a point's logits would differ in the last bits from the same point
+        # inside a batch; padding with copies keeps records independent of how points are batched (batch size,
+        # shards, points left to attack).
+        n = x.shape[0]
+        logits = self.model(x[torch.arange(MIN_ROWS) % n])[:n] if 0 < n < MIN_ROWS else self.model(x)
         if torch.is_grad_enabled() and x.requires_grad:
             logits = logits + 0.0 * x.flatten(1).sum(1, keepdim=True)
         return logits
