@@ -10,7 +10,14 @@ loads ``results/train/<dataset>/<model>/seed-<train-seed>/`` for every ``--model
 ``--n-examples`` test images under every gradient mode (models with a fixed front-end) and writes
 ``<out>/attack/<dataset-slug>/<run-name>/`` with records.csv.gz, meta.json, summary.csv, table.csv,
 table.tex and table.txt. Finished (model, attack, grad mode) chunks are saved in ``chunks/`` as they complete,
-so re-running a killed command with the same arguments resumes where it stopped.
+so re-running a killed command with the same arguments resumes where it stopped. With ``--save-adversarial`` the
+run also keeps the audited adversarial examples behind its worst case in ``adversarial/<model>.safetensors``
+(:mod:`robustbench_wave.evaluation.adversarial`; ``python -m robustbench_wave.report --reaudit RUN`` checks them).
+
+Besides zoo models, ``--model`` takes any model from outside the zoo with local safetensors weights
+(:mod:`robustbench_wave.models.external`): ``timm:NAME`` or ``MODULE:FACTORY`` / ``path/to/file.py:FACTORY``,
+each followed by its ``--weights FILE.safetensors``; they are attacked by the same suites and diagnosed the
+same way, named ``timm-NAME`` / ``ext-FACTORY-<hash>`` in records and folder names.
 
 Every input is checked before anything is written, the run folder included: flags, suite (budgets against the
 image size), data set, models (trained on that data set), and the run folder's name (safe, inside ``--out``).
@@ -34,12 +41,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -59,15 +68,25 @@ from robustbench_wave.distributed import (
 )
 from robustbench_wave.evaluation import ALL_MODES, EvaluationResult, evaluate
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
 from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.plan import CrossCheck, check_budgets
 from robustbench_wave.evaluation.records import read_meta
 from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_results, shard_dir
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env, compile_model
+from robustbench_wave.models.external import (
+    PROBE_SIZE,
+    TIMM_NAMES_HINT,
+    ExternalSpec,
+    build_external,
+    is_external,
+    parse_normalize,
+)
 from robustbench_wave.reporting import tables
 from robustbench_wave.reporting.finalize import finalize_run
 from robustbench_wave.reporting.runs import FIGURES_DIR, REPORT_OUTPUT_FILES, VERDICT_JSON
+from robustbench_wave.tracking import attack_log_dir, check_tensorboard, log_attack_tables, preformatted
 from robustbench_wave.training import checkpoint
 
 #: A trained model and the metadata of its training run (checkpoint hash, run folder, clean accuracy).
@@ -86,7 +105,7 @@ RUN_FILES = (
     CONFIG_JSON, rec.RECORDS_FILE, rec.META_FILE, rec.CROSSCHECK_FILE, *tables.TABLE_FILES.values(),
     *REPORT_OUTPUT_FILES,
 )  # fmt: skip
-RUN_FOLDERS = (FIGURES_DIR, CHUNKS_DIR, SHARDS_DIR)
+RUN_FOLDERS = (FIGURES_DIR, CHUNKS_DIR, SHARDS_DIR, ADVERSARIAL_DIR)
 
 #: What to do when another run holds the folder.
 LOCK_HINT = "wait for it to finish, or pass --run-name NAME for another folder"
@@ -110,6 +129,28 @@ def echo(msg: str = "") -> None:
     sys.stdout.flush()
 
 
+class _WeightsOf(argparse.Action):
+    """``--weights FILE`` belongs to the external ``--model`` given just before it: {reference: FILE}."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+    ) -> None:
+        models = getattr(namespace, "model", None) or []
+        if not models or not is_external(models[-1]):
+            parser.error(f"--weights {values} must follow the timm: or FACTORY --model it belongs to")
+        owned = dict(getattr(namespace, self.dest) or {})
+        if owned.get(models[-1], values) != values:
+            parser.error(f"--model {models[-1]} has two --weights; attack each file in its own run")
+        setattr(namespace, self.dest, owned | {models[-1]: values})
+
+
+def _normalize_arg(text: str) -> str:
+    try:
+        return parse_normalize(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--normalize {text!r}: ")) from None
+
+
 def get_args_parser() -> Parser:
     p = Parser(
         prog="python -m robustbench_wave.attack",
@@ -120,7 +161,45 @@ def get_args_parser() -> Parser:
         action="append",
         required=True,
         metavar="NAME",
-        help="zoo model to attack (its trained checkpoint is loaded); repeat for several models",
+        help="model to attack; repeat for several models. A zoo NAME loads its trained checkpoint; "
+        "timm:ARCH builds any timm architecture (pretrained=False, the data set's classes and channels; "
+        f"{TIMM_NAMES_HINT}); MODULE:FACTORY or path/to/file.py:FACTORY calls your function, which returns an "
+        "nn.Module taking [0,1] images (N,C,H,W) to logits (N,classes). Records and the run folder name "
+        "these timm-ARCH and ext-FACTORY-<8 hex of the reference>. They are attacked with exact gradients "
+        "only, unless a sub-module subclasses models.frontend.FixedFrontEnd (then every --grad-modes)",
+    )
+    p.add_argument(
+        "--weights",
+        action=_WeightsOf,
+        default=None,
+        metavar="FILE",
+        help="safetensors weights of the timm: or FACTORY --model just before it, loaded strictly (every "
+        "tensor, exact shapes; never pickle); their sha256 joins config.json, so changed weights are a new "
+        "configuration. Needed unless the model has no parameters or buffers",
+    )
+    p.add_argument(
+        "--num-classes",
+        type=positive_int,
+        default=None,
+        help="external models: passed as num_classes to the factory / timm (default for timm: the data "
+        "set's; a factory gets it only when given); must equal the data set's classes",
+    )
+    p.add_argument(
+        "--img-size",
+        type=positive_int,
+        default=None,
+        help="external models: passed as img_size to the factory / timm architectures that take it (default "
+        "for timm: the data set's image size); the model must still take the data set's images",
+    )
+    p.add_argument(
+        "--normalize",
+        type=_normalize_arg,
+        default=None,
+        metavar="MEAN,STD",
+        help="external models: input standardisation put in front of the model, so attacks still see [0,1] "
+        "images: 'cfg' = timm's pretrained_cfg mean/std (the default for timm:), 'data' = the data set's "
+        "training statistics, 'none' (the default for a factory), or MEAN,STD (per channel joined by '/', "
+        "e.g. 0.485/0.456/0.406,0.229/0.224/0.225)",
     )
     p.add_argument(
         "--suite",
@@ -181,7 +260,22 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--surrogate",
         default="patch",
-        help="zoo model whose exact gradients craft the transfer attack ('none' skips transfer)",
+        help="model whose exact gradients craft the transfer attack: a zoo NAME or an external reference "
+        "like --model ('none' skips transfer)",
+    )
+    p.add_argument(
+        "--surrogate-weights",
+        default=None,
+        metavar="FILE",
+        help="safetensors weights of an external --surrogate that is not also a --model (one that is uses "
+        "its --weights)",
+    )
+    p.add_argument(
+        "--save-adversarial",
+        action="store_true",
+        help="also save the audited adversarial examples that break points: per model, gradient mode, threat "
+        "and eps the point that first made each example non-robust there (RUN/adversarial/<model>"
+        ".safetensors; check them with python -m robustbench_wave.report --reaudit RUN). Records do not change",
     )
     p.add_argument(
         "--no-skip-broken",
@@ -256,6 +350,17 @@ def get_args_parser() -> Parser:
         default=10,
         help="PGD steps of the diagnostics' extra attacks (x4 sweep)",
     )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="also log the run's tables to TensorBoard: the terminal table and summary.csv as text in "
+        "DIR/attack/<dataset>/<run-name>, and robust accuracy per threat and attack (step = the eps's "
+        "position in the grid, eps/<threat> its value) in one run per model/grad-mode below it; needs pip "
+        "install 'robustbench_wave[tracking]'. A --shard job logs nothing (report merge writes the tables). "
+        "Off by default",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log every chunk")
     return p
@@ -280,15 +385,30 @@ class RunSettings:
     skip_broken: bool
     cross_check: str  # a CrossCheck value
     compile: str = CompileMode.OFF.value
+    save_adversarial: bool = False
+    external: tuple[ExternalSpec, ...] = ()  # the models (and surrogate) from outside the zoo
 
     @property
     def has_surrogate(self) -> bool:
         return self.surrogate.lower() != NO_SURROGATE
 
+    def external_spec(self, reference: str) -> ExternalSpec | None:
+        return next((e for e in self.external if e.reference == reference), None)
+
+    def key(self, reference: str) -> str:
+        """The name records, tables and folders give a ``--model`` / ``--surrogate`` (a zoo name itself)."""
+        spec = self.external_spec(reference)
+        return spec.slug if spec is not None else reference
+
     def to_config(
         self, suite: Suite, hashes: dict[str, str], specs: dict[str, str] | None = None
     ) -> dict[str, Any]:
         """The ``config.json`` of the run: these settings, the suite, the checkpoint and spec hashes."""
+        optional = {"compile": self.compile} if self.compile != CompileMode.OFF.value else {}
+        if self.save_adversarial:  # only when on: the config of a run without it is what it was
+            optional["save_adversarial"] = True
+        if self.external:  # likewise: reference, weights file, num_classes, img_size, normalisation
+            optional["external"] = {e.reference: e.to_config() for e in self.external}
         return {
             "models": self.models,
             "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
@@ -303,7 +423,7 @@ class RunSettings:
             "cross_check": self.cross_check,
             "checkpoints": hashes,
             "specs": specs or {},
-        } | ({"compile": self.compile} if self.compile != CompileMode.OFF.value else {})
+        } | optional
 
 
 def select_suite(suite: str, attacks: str | None) -> Suite:
@@ -340,15 +460,40 @@ def load_test_images(dataset: str, n_examples: int) -> tuple[torch.Tensor, torch
     return to_float(images_u8[:n]), labels[:n], info
 
 
-def load_models(names: list[str], dataset: str, results_dir: Path, train_seed: int) -> dict[str, Loaded]:
-    """Load the trained checkpoint of every name once (a repeated name is loaded once), in order."""
-    return {name: load_model(name, dataset, results_dir, train_seed) for name in dict.fromkeys(names)}
+def load_models(
+    names: list[str],
+    dataset: str,
+    results_dir: Path,
+    train_seed: int,
+    external: tuple[ExternalSpec, ...] = (),
+    data: tuple[torch.Tensor, torch.Tensor, DatasetInfo] | None = None,
+) -> dict[str, Loaded]:
+    """Load every model once (a repeated name is loaded once), in order, under the name records give it:
+    a zoo name's trained checkpoint, or the external model of that reference in ``external``."""
+    specs = {e.reference: e for e in external}
+    loaded = {}
+    for name in dict.fromkeys(names):
+        spec = specs.get(name)
+        loaded[spec.slug if spec else name] = load_model(name, dataset, results_dir, train_seed, spec, data)
+    return loaded
 
 
-def load_model(name: str, dataset: str, results_dir: Path, train_seed: int) -> Loaded:
-    """One trained zoo model; a missing or corrupt checkpoint ends the command with one clear line."""
+def load_model(
+    name: str,
+    dataset: str,
+    results_dir: Path,
+    train_seed: int,
+    external: ExternalSpec | None = None,
+    data: tuple[torch.Tensor, torch.Tensor, DatasetInfo] | None = None,
+) -> Loaded:
+    """One trained zoo model, or the ``external`` one checked on ``data``'s first images (loaded when not
+    given); a missing or corrupt checkpoint, or a model that does not fit the data, ends the command with one
+    clear line."""
     try:
-        return checkpoint.load_trained(name, dataset, results_dir, train_seed)
+        if external is None:
+            return checkpoint.load_trained(name, dataset, results_dir, train_seed)
+        images, _, info = data or load_test_images(dataset, PROBE_SIZE)
+        return build_external(external, info, images)
     except ValueError as err:
         raise SystemExit(f"cannot load model {name!r}: {err}") from None
 
@@ -451,7 +596,52 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         skip_broken=args.skip_broken,
         cross_check=args.cross_check,
         compile=args.compile,
+        save_adversarial=args.save_adversarial,
+        external=_external_specs(args),
     )
+
+
+def _external_specs(args: argparse.Namespace) -> tuple[ExternalSpec, ...]:
+    """The ``--model``s (and ``--surrogate``) from outside the zoo with their weights and shared flags;
+    flags that only external models take are refused without one."""
+    refs = [r for r in dict.fromkeys(args.model) if is_external(r)]
+    surrogate_weights = None
+    if is_external(args.surrogate) and args.surrogate not in refs:
+        refs.append(args.surrogate)
+        surrogate_weights = args.surrogate_weights
+    elif args.surrogate_weights is not None:
+        what = "is a --model: its --weights are used" if args.surrogate in refs else "is not external"
+        raise SystemExit(f"--surrogate {args.surrogate} {what}; drop --surrogate-weights")
+    flags = (
+        ("--num-classes", args.num_classes),
+        ("--img-size", args.img_size),
+        ("--normalize", args.normalize),
+    )
+    given = [flag for flag, value in flags if value is not None]
+    if given and not refs:
+        raise SystemExit(f"{', '.join(given)} only apply to external models (timm:ARCH, MODULE:FACTORY)")
+    weights = args.weights or {}
+    try:
+        specs = tuple(
+            ExternalSpec(
+                ref,
+                _absolute(weights.get(ref, surrogate_weights if ref == args.surrogate else None)),
+                args.num_classes,
+                args.img_size,
+                args.normalize,
+            )
+            for ref in refs
+        )
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    slugs = [s.slug for s in specs] + [m for m in args.model if not is_external(m)]
+    if len(set(slugs)) != len(slugs):
+        raise SystemExit(f"--model: two models would share a name in records ({sorted(slugs)}); drop one")
+    return specs
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
 
 
 def _model_extra(settings: RunSettings, tmeta: dict[str, Any]) -> dict[str, Any]:
@@ -459,11 +649,11 @@ def _model_extra(settings: RunSettings, tmeta: dict[str, Any]) -> dict[str, Any]
     return {
         "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
         "checkpoint_dir": tmeta.get("run_dir"),
-        "train_seed": settings.train_seed,
+        "train_seed": tmeta.get("train_seed", settings.train_seed),  # None: an external model
         "train_test_accuracy": tmeta.get("clean_accuracy"),
         "spec_sha256": tmeta.get("spec_sha256"),
         "model_spec": tmeta.get("model_spec"),
-    }
+    } | ({"external": tmeta["external"]} if "external" in tmeta else {})
 
 
 def _spec_ids(tmeta: dict[str, Any], surrogate: Loaded | None) -> dict[str, str]:
@@ -513,7 +703,7 @@ def attack_models(
             batch_size=batch_size,
             skip_broken=settings.skip_broken,
             surrogate=sur,
-            surrogate_name=settings.surrogate if sur is not None else None,
+            surrogate_name=settings.key(settings.surrogate) if sur is not None else None,
             model_name=name,
             progress=progress,
             cross_check=settings.cross_check,
@@ -521,6 +711,7 @@ def attack_models(
             example_ids=example_ids,
             extra_meta=_model_extra(settings, tmeta),
             specs=_spec_ids(tmeta, surrogate),
+            save_adversarial=settings.save_adversarial,
         )
         results.append(result)
         echo(_summary_line(name, result))
@@ -623,14 +814,23 @@ def _check_flags(args: argparse.Namespace, settings: RunSettings) -> tuple[Suite
     try:
         runfolder.check_writable_root(args.out)
         for name in settings.models:
-            runfolder.check_safe_name(name, "--model")
+            runfolder.check_safe_name(settings.key(name), _name_of("--model", name, settings))
         if settings.has_surrogate:
-            runfolder.check_safe_name(settings.surrogate, "--surrogate")
+            key = settings.key(settings.surrogate)
+            runfolder.check_safe_name(key, _name_of("--surrogate", settings.surrogate, settings))
         if args.run_name is not None:
             runfolder.check_safe_name(args.run_name, "--run-name")
+        if args.tensorboard is not None:
+            runfolder.check_writable_root(args.tensorboard, "--tensorboard")
+            check_tensorboard()
         return select_suite(args.suite, args.attacks), parse_grad_modes(settings.grad_modes)
     except ValueError as err:
         raise SystemExit(str(err)) from None
+
+
+def _name_of(flag: str, reference: str, settings: RunSettings) -> str:
+    """What a name check calls a model: the flag, or the record name an external reference becomes."""
+    return flag if settings.external_spec(reference) is None else f"the record name of {flag} {reference}:"
 
 
 def _load_data(settings: RunSettings, suite: Suite) -> tuple[torch.Tensor, torch.Tensor, DatasetInfo]:
@@ -647,21 +847,23 @@ def _load_data(settings: RunSettings, suite: Suite) -> tuple[torch.Tensor, torch
 
 
 def _load_all(
-    settings: RunSettings, results_dir: Path, info: DatasetInfo
+    settings: RunSettings, results_dir: Path, data: tuple[torch.Tensor, torch.Tensor, DatasetInfo]
 ) -> tuple[dict[str, Loaded], Loaded | None]:
-    """The models and the surrogate, each checked to be trained on ``info``'s data set."""
-    models = load_models(settings.models, settings.dataset, results_dir, settings.train_seed)
-    surrogate = None
+    """The models and the surrogate, each checked to be trained on (external: to fit) ``data``'s data set."""
+    info, external = data[2], settings.external
+    models = load_models(settings.models, settings.dataset, results_dir, settings.train_seed, external, data)
+    surrogate, sur_key = None, settings.key(settings.surrogate)
     if settings.has_surrogate:
-        surrogate = models.get(settings.surrogate) or load_model(
-            settings.surrogate, settings.dataset, results_dir, settings.train_seed
-        )
-        check_dataset(settings.surrogate, surrogate[1], info)
+        surrogate = models.get(sur_key) or load_model(
+            settings.surrogate, settings.dataset, results_dir, settings.train_seed,
+            settings.external_spec(settings.surrogate), data,
+        )  # fmt: skip
+        check_dataset(sur_key, surrogate[1], info)
     for name, (_, meta) in models.items():
         check_dataset(name, meta, info)
     models = {name: (compile_model(m, settings.compile), meta) for name, (m, meta) in models.items()}
-    if surrogate is not None and settings.surrogate in models:
-        surrogate = models[settings.surrogate]
+    if surrogate is not None and sur_key in models:
+        surrogate = models[sur_key]
     return models, surrogate
 
 
@@ -685,11 +887,11 @@ def _prepare(args: argparse.Namespace) -> Job:
     settings = _settings(args)
     suite, modes = _check_flags(args, settings)
     data = _load_data(settings, suite)
-    models, surrogate = _load_all(settings, args.results_dir, data[2])
+    models, surrogate = _load_all(settings, args.results_dir, data)
     config = settings.to_config(
         suite,
-        model_hashes(models, settings.surrogate, surrogate),
-        model_hashes(models, settings.surrogate, surrogate, "spec_sha256"),
+        model_hashes(models, settings.key(settings.surrogate), surrogate),
+        model_hashes(models, settings.key(settings.surrogate), surrogate, "spec_sha256"),
     )
     name = args.run_name or default_run_name(
         list(models), suite.name, len(data[1]), settings.seed, settings.train_seed
@@ -757,6 +959,18 @@ def _write_run(job: Job, merged: EvaluationResult) -> None:
     paths = merged.save(job.run_dir)
     paths |= tables.write_tables(merged.records, job.run_dir, meta=merged.meta)
     _print_results(merged, job.run_dir, paths)
+    if job.args.tensorboard is not None:
+        _track_tables(job.args.tensorboard, job.data[2].slug, job.run_dir, paths)
+
+
+def _track_tables(root: Path, slug: str, run_dir: Path, paths: dict[str, Path]) -> None:
+    """``--tensorboard``: a copy of the tables just written, read back from their files."""
+    summary = pd.read_csv(paths["summary"])
+    texts = {
+        "robust_accuracy/table": preformatted(paths["text"].read_text(encoding="utf-8")),
+        "robust_accuracy/summary": tables.markdown_table(summary),
+    }
+    log_attack_tables(attack_log_dir(root, slug, run_dir.name), summary, texts)
 
 
 def _claim(folder: Path, job: Job, ctx: DistContext, stack: ExitStack) -> None:
@@ -811,13 +1025,14 @@ def _run_shard_job(job: Job, shard: Shard, ctx: DistContext) -> None:
     echo(f"when every shard is done: python -m robustbench_wave.report merge {job.run_dir}")
 
 
-def finalize_merged_run(
-    run_dir: Path, config: dict[str, Any], results_dir: Path, options: FinalizeOptions, device: str = "auto"
-) -> None:
-    """What the attack command does after writing a run, for a run joined from ``--shard`` jobs: reload its
-    models (their checkpoints and specs must still be the ones attacked) and test images, then
-    :func:`finalize_run`."""
-    models = load_models(config["models"], config["dataset"], results_dir, config["train_seed"])
+def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[str, Loaded]:
+    """A finished run's models (its ``config.json``), their checkpoints and specs checked to be the ones
+    attacked; SystemExit naming the changed ones, ending with ``why``."""
+    try:
+        external = tuple(ExternalSpec.from_config(e) for e in (config.get("external") or {}).values())
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    models = load_models(config["models"], config["dataset"], results_dir, config["train_seed"], external)
     changed = [
         k
         for field, key in (("checkpoints", "checkpoint_sha256"), ("specs", "spec_sha256"))
@@ -825,9 +1040,17 @@ def finalize_merged_run(
         if field in config and config[field].get(k) != v
     ]
     if changed:
-        raise SystemExit(
-            f"the checkpoints of {sorted(set(changed))} changed since the shards were attacked; cannot diagnose"
-        )
+        raise SystemExit(f"the checkpoints of {sorted(set(changed))} changed {why}")
+    return models
+
+
+def finalize_merged_run(
+    run_dir: Path, config: dict[str, Any], results_dir: Path, options: FinalizeOptions, device: str = "auto"
+) -> None:
+    """What the attack command does after writing a run, for a run joined from ``--shard`` jobs: reload its
+    models (their checkpoints and specs must still be the ones attacked) and test images, then
+    :func:`finalize_run`."""
+    models = reload_models(config, results_dir, "since the shards were attacked; cannot diagnose")
     data = load_test_images(config["dataset"], config["n_examples"])
     dev = resolve_device(device)
     for model, _ in models.values():

@@ -3,6 +3,8 @@
     python -m robustbench_wave.report results/attack/fashion-mnist/RUN
     python -m robustbench_wave.report RUN_SEED0 RUN_SEED1 RUN_SEED2 --out results/headline
     python -m robustbench_wave.report merge results/attack/fashion-mnist/RUN   # after --shard I/N jobs
+    python -m robustbench_wave.report --reaudit RUN        # re-check attack --save-adversarial's examples
+    python -m robustbench_wave.report export RUN [RUN ...] --out DIR   # RobustBench model_info + transfer matrix
 
 This module owns the ``python -m robustbench_wave.report`` command; nothing is re-run. One run folder: its
 tables (summary.csv, table.csv, table.tex, table_worst.tex, table.txt, crosscheck.csv after a cross-check)
@@ -32,8 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.cli import Parser
+from robustbench_wave.cli import Parser, positive_int
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.sharding import ShardFolder, merge_shard_folders
 from robustbench_wave.io import atomic_write_json
@@ -46,6 +49,10 @@ from robustbench_wave.runfolder import RunLock, check_writable_root, remove_owne
 MERGE = "merge"
 #: First word that selects the claims subcommand (claims.md from saved results).
 CLAIMS = "claims"
+#: First words that select the re-audit of saved adversarial examples (``--reaudit RUN`` = ``reaudit RUN``).
+REAUDIT = ("reaudit", "--reaudit")
+#: First word that selects the leaderboard export (RobustBench model_info JSON, transfer matrix).
+EXPORT = "export"
 log = logging.getLogger("robustbench_wave.report")
 BUSY_HINT = "wait for it to finish, then run this command again"
 
@@ -55,7 +62,9 @@ def get_args_parser() -> Parser:
         prog="python -m robustbench_wave.report",
         description="Rebuild the tables and report.md of one attack run folder, or write one report over "
         "several run folders (training seeds, combined into mean ± sd). No attack is re-run. "
-        f"'python -m robustbench_wave.report {MERGE} RUN --help': join the shards of attack --shard jobs.",
+        f"'python -m robustbench_wave.report {MERGE} RUN --help': join the shards of attack --shard jobs; "
+        "'--reaudit RUN': re-check its saved adversarial examples; "
+        f"'{EXPORT} RUN [RUN ...] --out DIR': RobustBench model_info JSON and the transfer matrix.",
     )
     p.add_argument(
         "run_dirs",
@@ -77,7 +86,8 @@ def get_args_parser() -> Parser:
         "--baseline",
         default=None,
         metavar="MODEL",
-        help="model the verdict compares against (default: the models without gradient modes)",
+        help="model the verdict compares against (default: the models without gradient modes), and the "
+        "denominator of the corruption errors (mCE) of a corruptions run (default: patch, else the first model)",
     )
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the PNG figures")
     p.add_argument(
@@ -125,7 +135,9 @@ def _discard_other_configuration(run_dir: Path, config: dict[str, Any]) -> None:
     if old and old != config:
         log.warning("%s held another configuration's results; removing them", run_dir)
         files = [rec.RECORDS_FILE, rec.META_FILE, rec.CROSSCHECK_FILE, rec.CONFIG_FILE]
-        remove_owned(run_dir, [*files, *TABLE_FILES.values(), *REPORT_OUTPUT_FILES], [FIGURES_DIR])
+        remove_owned(
+            run_dir, [*files, *TABLE_FILES.values(), *REPORT_OUTPUT_FILES], [FIGURES_DIR, ADVERSARIAL_DIR]
+        )
 
 
 def _write_merged(run_dir: Path, merged: EvaluationResult, folders: list[ShardFolder], quiet: bool) -> None:
@@ -195,7 +207,7 @@ def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[
     written: list[Path] = []
     if len(runs) == 1:
         run = runs[0]
-        tables = write_tables(run.records, out.parent, meta=run.meta)
+        tables = write_tables(run.records, out.parent, meta=run.meta, baseline=args.baseline)
         if not args.quiet:
             sys.stdout.write(tables["text"].read_text(encoding="utf-8"))
         written += tables.values()
@@ -243,8 +255,120 @@ def claims_main(argv: list[str]) -> int:
     return 0
 
 
+def get_reaudit_parser() -> Parser:
+    p = Parser(
+        prog="python -m robustbench_wave.report --reaudit",
+        description="Re-check a run's saved adversarial examples (attack --save-adversarial): each within its "
+        "budget (norm <= eps, pixels in [0,1]), re-classified by the reloaded models (checkpoints and specs "
+        "checked) with the recorded prediction reproduced exactly, and every break in the records backed "
+        "by a saved example. Prints one row per model, gradient mode, threat and eps; exits 1 on any failure.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN", help="an attack run folder with adversarial/")
+    p.add_argument(
+        "--results-dir", type=Path, default=Path("results"), help="where the trained runs live (train/...)"
+    )
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=None, help="examples per forward pass (default: the run's)"
+    )
+    return p
+
+
+def reaudit_run(
+    run_dir: Path, results_dir: Path, device: str = "auto", batch_size: int | None = None
+) -> tuple[Any, list[str]]:
+    """(the re-audit table of every model, the problems found): the run checked complete, its models and
+    test images reloaded and checked to be the ones attacked, then :func:`evaluation.reaudit.reaudit_model`."""
+    import pandas as pd
+
+    from robustbench_wave import attack  # the attack command's model and data loading
+    from robustbench_wave.distributed import resolve_device
+    from robustbench_wave.evaluation.chunks import state_sha256
+    from robustbench_wave.evaluation.reaudit import FAILURES, reaudit_model
+    from robustbench_wave.evaluation.result import load_adversarial
+    from robustbench_wave.models.compiled import compile_model
+
+    run = load_run(run_dir)
+    kept = load_adversarial(run_dir, run.meta)
+    if not kept:
+        raise ValueError(
+            f"{run_dir} holds no saved adversarial examples ({rec.META_FILE} lists none); re-run the attack "
+            "command with --save-adversarial"
+        )
+    config = (run.meta.get("run") or {}).get("config") or rec.read_meta(run_dir / rec.CONFIG_FILE)
+    models = attack.reload_models(config, results_dir, "since the run was attacked; cannot re-audit")
+    images, labels, info = attack.load_test_images(config["dataset"], config["n_examples"])
+    if attack.run_data_sha256((images, labels, info)) != run.meta.get("data_sha256"):
+        raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
+    dev = resolve_device(device)
+    batch = batch_size or int((run.meta.get("settings") or {}).get("batch_size") or 128)
+    tables, problems = [], []
+    for name, adv in kept.items():
+        model = compile_model(models[name][0], config.get("compile", "off")).to(dev)
+        if state_sha256(model) != run.meta["models"][name].get("param_sha256"):
+            problems.append(f"{name}: the reloaded weights differ from the attacked ones (param_sha256)")
+        rows = run.records[run.records["model"] == name]
+        tables.append(
+            reaudit_model(model, images, labels, range(len(labels)), adv, rows, batch_size=batch, device=dev)
+        )
+    table = pd.concat(tables, ignore_index=True)
+    for col in FAILURES:
+        if table[col].sum():
+            problems.append(f"{int(table[col].sum())} {col[2:].replace('_', ' ')}")
+    return table, problems
+
+
+def reaudit_main(argv: list[str]) -> int:
+    """``report --reaudit RUN``: 0 when every saved example passes, 1 otherwise (the table says where)."""
+    args = get_reaudit_parser().parse_args(argv)
+    _setup_logging(quiet=True)
+    try:
+        table, problems = reaudit_run(args.run_dir, args.results_dir, args.device, args.batch_size)
+    except ValueError as err:
+        raise SystemExit(f"cannot re-audit {args.run_dir}: {err}") from None
+    sys.stdout.write(table.to_string(index=False) + "\n")
+    for line in problems:
+        sys.stderr.write(f"re-audit FAILED: {line}\n")
+    if not problems:
+        sys.stdout.write(f"re-audit passed: {int(table['n_checked'].sum())} saved adversarial examples\n")
+    return 1 if problems else 0
+
+
+def get_export_parser() -> Parser:
+    p = Parser(
+        prog=f"python -m robustbench_wave.report {EXPORT}",
+        description="Leaderboard-ready files from saved runs (nothing is re-run): a RobustBench model_info "
+        "JSON per model and threat model (OUT/model_info/<dataset>/<threat>/<model>.json, at RobustBench's "
+        "standard eps when attacked, else the run's reference eps) and, when the runs hold transfer attacks "
+        "(one run per --surrogate), transfer.csv, transfer_matrix.csv and transfer_matrix.tex.",
+    )
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN", help="attack run folders (same data)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write into")
+    return p
+
+
+def export_main(argv: list[str]) -> int:
+    """``report export RUN [RUN ...] --out DIR``: check every run, then write (atomically) into DIR."""
+    from robustbench_wave.reporting.export import write_export
+
+    args = get_export_parser().parse_args(argv)
+    _setup_logging(quiet=True)
+    try:
+        check_writable_root(args.out)
+        runs = [load_run(d) for d in args.run_dirs]
+        written = write_export(runs, args.out)
+    except ValueError as err:
+        raise SystemExit(f"cannot export: {err}") from None
+    sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in REAUDIT:
+        return reaudit_main(argv[1:])
+    if argv[:1] == [EXPORT]:
+        return export_main(argv[1:])
     if argv[:1] == [MERGE]:
         return merge_main(argv[1:])
     if argv[:1] == [CLAIMS]:

@@ -183,6 +183,15 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="discard an existing run (the files training writes, nothing else) instead of resuming or "
         "reusing it",
     )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        metavar="DIR",
+        help="also log each run's per-epoch metrics (loss, accuracy, learning rate, throughput), test "
+        "accuracy and hyper-parameters to TensorBoard in DIR/train/<dataset>/<model>/seed-S, rebuilt from "
+        "the run's files (a resumed run shows each epoch once); needs pip install "
+        "'robustbench_wave[tracking]'. Off by default",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -208,6 +217,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         fresh=args.fresh,
         progress=not args.no_progress,
         bf16=args.bf16,
+        tensorboard=None if args.tensorboard is None else Path(args.tensorboard),
     )
 
 
@@ -252,7 +262,9 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[str], list[int], TrainC
     every model spec, the data set, the device and ``--bf16``, and every run folder inside ``--out``.
     Returns the models and seeds (each once), the configuration and the data set's description."""
     out = check_writable_root(args.out)
-    config = config_from_args(args)
+    if args.tensorboard is not None:
+        check_writable_root(args.tensorboard, "--tensorboard")
+    config = config_from_args(args)  # refuses --tensorboard without the tensorboard package
     names = list(dict.fromkeys(args.model or list_zoo()))
     seeds = list(dict.fromkeys(args.seed))
     specs = [load_spec(name) for name in names]

@@ -16,6 +16,7 @@ LAYER = {
     "io": 0,
     "distributed": 0,
     "runfolder": 0,
+    "tracking": 0,
     "data": 1,
     "models": 2,
     "attacks": 3,

@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import timm
 import torch
+from safetensors.torch import save_file
 
 from robustbench_wave import attack, train
 from robustbench_wave.data import load_split
@@ -282,6 +284,88 @@ PGD_L2 = '[[attack]]\nname = "pgd_two"\nfamily = "pgd"\nthreat = "L2"\nsteps = 2
 def _suite(file: str, eps: str, entry: str, name: str | None = None) -> Setup:
     text = SUITE.format(name=name or file.removesuffix(".toml"), eps=eps, entry=entry)
     return _write(f"{{root}}/suites/{file}", text)
+
+
+# A user's model file for the external-model cases (``--model FILE.py:FACTORY``), and weights for it.
+EXT = "{root}/ext/user_models.py"
+EXT_CODE = """
+import torch
+from torch import nn
+
+def linear(num_classes=10, img_size=32):
+    return nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear((img_size // 4) ** 2, num_classes))
+
+def five_classes():
+    return linear(num_classes=5)
+
+def no_arguments():
+    return linear()
+
+def not_a_model():
+    return 42
+
+def broken():
+    raise RuntimeError("no model\\ntoday")
+
+class NaNs(nn.Module):
+    def forward(self, x):
+        return torch.full((len(x), 10), float("nan"))
+
+def nans():
+    return NaNs()
+
+NOT_CALLABLE = 3
+"""
+EXT_FILE = _write(EXT, EXT_CODE)
+WEIGHTS = "{root}/ext/linear.safetensors"
+
+
+def _tensors(template: str, shapes: dict[str, tuple[int, ...]]) -> Setup:
+    """A safetensors file of zero tensors of these names and shapes."""
+
+    def setup(env: Env, stack: contextlib.ExitStack) -> None:
+        path = Path(env.format(template))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: torch.zeros(shape) for k, shape in shapes.items()}, str(path))
+
+    return setup
+
+
+LINEAR_WEIGHTS = _tensors(WEIGHTS, {"2.weight": (10, 64), "2.bias": (10,)})
+
+
+def _ext(attr: str, **flags: str | None) -> Flags:
+    """Flags attacking ``EXT``'s ``attr`` with the weights of the linear model (after ``--model``)."""
+    return {"--model": f"{EXT}:{attr}", "--weights": WEIGHTS, **flags}
+
+
+class _Mkdir:
+    """Unpickling this runs ``os.mkdir(path)``: a weights file that must never be unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Callable[..., None], tuple[str]]:
+        return (os.mkdir, (self.path,))
+
+
+def _evil_pickle(template: str, victim: str) -> Setup:
+    def setup(env: Env, stack: contextlib.ExitStack) -> None:
+        path = Path(env.format(template))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"2.weight": _Mkdir(env.format(victim))}, path)
+
+    return setup
+
+
+def _timm_weights(template: str, arch: str, **kwargs: int) -> Setup:
+    def setup(env: Env, stack: contextlib.ExitStack) -> None:
+        path = Path(env.format(template))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        net = timm.create_model(arch, pretrained=False, **kwargs)
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(path))
+
+    return setup
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -583,6 +667,132 @@ CASES = [
         "attack",
         ("model.safetensors",),
         setup=_rewrite_bytes(f"{TRAINED}/patch/seed-0/model.safetensors", _half),
+    ),
+    # ---- attack: models from outside the zoo (--model MODULE:FACTORY / FILE.py:FACTORY / timm:ARCH)
+    Case(
+        "a-ext-module-not-importable", "attack", ("no_such_module_xyz",), {"--model": "no_such_module_xyz:f"}
+    ),
+    Case("a-ext-file-missing", "attack", ("nowhere.py",), {"--model": "{root}/ext/nowhere.py:linear"}),
+    Case("a-ext-not-a-reference", "attack", ("linear-net",), {"--model": f"{EXT}:linear-net"}),
+    Case("a-ext-attribute-missing", "attack", ("nosuch",), _ext("nosuch"), setup=EXT_FILE),
+    Case("a-ext-not-callable", "attack", ("NOT_CALLABLE", "callable"), _ext("NOT_CALLABLE"), setup=EXT_FILE),
+    Case(
+        "a-ext-returns-no-module", "attack", ("not_a_model", "nn.Module"), _ext("not_a_model"), setup=EXT_FILE
+    ),
+    Case("a-ext-factory-raises", "attack", ("broken", "RuntimeError"), _ext("broken"), setup=EXT_FILE),
+    Case(
+        "a-ext-import-raises",  # a multi-line error of the user's module is still one line
+        "attack",
+        ("user_models.py", "ImportError"),
+        _ext("linear"),
+        setup=_write(EXT, 'raise ImportError("first line\\nsecond line")\n'),
+    ),
+    Case(
+        "a-ext-syntax-error",
+        "attack",
+        ("user_models.py", "SyntaxError"),
+        _ext("linear"),
+        setup=_write(EXT, "def ("),
+    ),
+    Case(
+        "a-ext-wrong-output-shape",
+        "attack",
+        ("(2, 5)", "(2, 10)"),
+        _ext("five_classes"),
+        setup=_both(EXT_FILE, _tensors(WEIGHTS, {"2.weight": (5, 64), "2.bias": (5,)})),
+    ),
+    Case("a-ext-non-finite-logits", "attack", ("non-finite",), {"--model": f"{EXT}:nans"}, setup=EXT_FILE),
+    Case(
+        "a-ext-num-classes-not-the-datasets",
+        "attack",
+        ("--num-classes", "10"),
+        _ext("linear", **{"--num-classes": "5"}),
+        setup=_both(EXT_FILE, LINEAR_WEIGHTS),
+    ),
+    Case(
+        "a-ext-factory-takes-no-img-size",
+        "attack",
+        ("--img-size", "no_arguments"),
+        _ext("no_arguments", **{"--img-size": "32"}),
+        setup=_both(EXT_FILE, LINEAR_WEIGHTS),
+    ),
+    Case(
+        "a-ext-image-size-the-model-cannot-take",
+        "attack",
+        ("cannot take", "(1, 32, 32)"),
+        _ext("linear", **{"--img-size": "16"}),
+        setup=_both(EXT_FILE, _tensors(WEIGHTS, {"2.weight": (10, 16), "2.bias": (10,)})),
+    ),
+    Case("a-ext-without-weights", "attack", ("--weights",), {"--model": f"{EXT}:linear"}, setup=EXT_FILE),
+    Case(
+        "a-ext-weights-missing",
+        "attack",
+        ("nowhere.safetensors",),
+        _ext("linear", **{"--weights": "{root}/ext/nowhere.safetensors"}),
+        setup=EXT_FILE,
+    ),
+    Case(
+        "a-ext-weights-not-safetensors",
+        "attack",
+        ("junk.safetensors", "safetensors"),
+        _ext("linear", **{"--weights": "{root}/ext/junk.safetensors"}),
+        setup=_both(EXT_FILE, _write("{root}/ext/junk.safetensors", "not tensors\n")),
+    ),
+    Case(
+        "a-ext-weights-pickled",  # refused unread: unpickling it would create {root}/pwned
+        "attack",
+        ("evil.pt", "safetensors"),
+        _ext("linear", **{"--weights": "{root}/ext/evil.pt"}),
+        setup=_both(EXT_FILE, _evil_pickle("{root}/ext/evil.pt", "{root}/pwned")),
+        subprocess=True,
+    ),
+    Case(
+        "a-ext-weights-of-another-model",
+        "attack",
+        ("fc.weight", "2.weight"),
+        _ext("linear"),
+        setup=_both(EXT_FILE, _tensors(WEIGHTS, {"fc.weight": (10, 64), "2.bias": (10,)})),
+    ),
+    Case(
+        "a-ext-weights-wrong-shape",
+        "attack",
+        ("2.weight", "(10, 63)"),
+        _ext("linear"),
+        setup=_both(EXT_FILE, _tensors(WEIGHTS, {"2.weight": (10, 63), "2.bias": (10,)})),
+    ),
+    Case("a-weights-after-a-zoo-model", "attack", ("--weights",), {"--weights": WEIGHTS}),
+    Case(
+        "a-ext-normalize-malformed",
+        "attack",
+        ("--normalize", "1,2,3"),
+        _ext("linear", **{"--normalize": "1,2,3"}),
+        setup=_both(EXT_FILE, LINEAR_WEIGHTS),
+    ),
+    Case("a-normalize-without-external-model", "attack", ("--normalize",), {"--normalize": "none"}),
+    Case(
+        "a-surrogate-weights-for-a-zoo-surrogate",
+        "attack",
+        ("--surrogate-weights",),
+        {"--surrogate": "patch", "--surrogate-weights": WEIGHTS},
+    ),
+    Case(
+        "a-timm-unknown-architecture",
+        "attack",
+        ("no_such_arch", "list_models"),
+        {"--model": "timm:no_such_arch"},
+    ),
+    Case(
+        "a-timm-takes-no-img-size",
+        "attack",
+        ("--img-size",),
+        {"--model": "timm:test_resnet", "--img-size": "32"},
+    ),
+    Case(
+        "a-timm-normalisation-of-other-channels",  # an RGB mean/std on gray images
+        "attack",
+        ("--normalize", "3 channels"),
+        {"--model": "timm:test_efficientnet", "--weights": "{root}/ext/effnet.safetensors"},
+        setup=_timm_weights("{root}/ext/effnet.safetensors", "test_efficientnet", num_classes=10, in_chans=1),
     ),
     # ---- report
     Case(

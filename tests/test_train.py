@@ -16,6 +16,7 @@ from robustbench_wave.distributed import DistContext
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
+from tests.support.training import kill_in_epoch
 
 ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--test-subset", "128", "--batch-size", "32",
         "--epochs", "2", "--no-progress"]  # fmt: skip
@@ -60,21 +61,12 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
         str(ckpt.run_dir(tmp_path / "whole", "synthetic", "wavelet", 0) / "model.safetensors")
     )
 
-    real_epoch = engine.train_one_epoch
-    calls = {"n": 0}
-
-    def killed_in_second_epoch(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt  # as if the process were killed mid-epoch
-        return real_epoch(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "train_one_epoch", killed_in_second_epoch)
+    restore = kill_in_epoch(monkeypatch, epoch=2)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "killed", "--model", "wavelet")
     directory = ckpt.run_dir(tmp_path / "killed", "synthetic", "wavelet", 0)
     assert json.loads((directory / "resume.json").read_text())["epoch"] == 1
-    monkeypatch.setattr(runner, "train_one_epoch", real_epoch)
+    restore()
     _run(tmp_path / "killed", "--model", "wavelet")
     resumed = load_file(str(directory / "model.safetensors"))
     for key, value in reference.items():

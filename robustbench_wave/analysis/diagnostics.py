@@ -44,7 +44,7 @@ from robustbench_wave.attacks import (
     parse_suite,
 )
 from robustbench_wave.evaluation import evaluate
-from robustbench_wave.evaluation.metrics import reference_eps
+from robustbench_wave.evaluation.metrics import reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ def _model_rows(
     rows = records[records["model"] == model_name]
     if rows.empty:
         raise ValueError(f"records have no rows for model {model_name!r}; they hold {names}")
+    rows = worst_case_rows(rows)  # corruptions are average-case accuracy: no check reads them
     if model_name not in self_transfer_models(meta):
         return rows, model_name, False
     return as_white_box_restarts(rows, [model_name]), model_name, True

@@ -10,11 +10,23 @@ Import from here (``from robustbench_wave.attacks import evaluate-facing names``
 * :mod:`.model_state` -- eval mode / frozen parameters, gradient modes, input gradients;
 * :mod:`.pgd` -- the one PGD loop with hooks; :mod:`.lowfreq` -- the low-frequency attack's hooks;
 * :mod:`.builtin`, :mod:`.torchattacks_backend`, :mod:`.foolbox_backend` -- the implementations (importing
-  this package registers them all).
+  this package registers them all); :mod:`.corruptions` -- the common corruptions (Hendrycks & Dietterich
+  2019), the ``corruption`` family.
 """
 
-from robustbench_wave.attacks import builtin, foolbox_backend, torchattacks_backend  # noqa: F401  (registers)
-from robustbench_wave.attacks.budget import BudgetViolation, audit, budget_tolerance, perturbation_norm
+from robustbench_wave.attacks import (  # noqa: F401  (registers)
+    builtin,
+    corruptions,
+    foolbox_backend,
+    torchattacks_backend,
+)
+from robustbench_wave.attacks.budget import (
+    BudgetViolation,
+    audit,
+    budget_tolerance,
+    perturbation_norm,
+    within_budget,
+)
 from robustbench_wave.attacks.builtin import noise_sample
 from robustbench_wave.attacks.lowfreq import (
     LOWFREQ_FAMILY,
@@ -40,6 +52,7 @@ from robustbench_wave.attacks.model_state import (
 from robustbench_wave.attacks.pgd import LOSSES, PGD, PGDResult, dlr_loss, pgd_with_history
 from robustbench_wave.attacks.registry import (
     BACKENDS,
+    CORRUPTION_SEVERITIES,
     AttackFamily,
     AttackKind,
     Param,
@@ -50,6 +63,7 @@ from robustbench_wave.attacks.registry import (
     Threat,
     family_spec,
     get_runner,
+    is_average_case,
     list_attacks,
     list_families,
     register_attack,
@@ -68,6 +82,7 @@ from robustbench_wave.attacks.suite import (
 
 __all__ = [
     "BACKENDS",
+    "CORRUPTION_SEVERITIES",
     "LOSSES",
     "LOWFREQ_FAMILY",
     "PGD",
@@ -99,6 +114,7 @@ __all__ = [
     "get_runner",
     "input_gradient",
     "input_gradient_blocked",
+    "is_average_case",
     "list_attacks",
     "list_families",
     "list_suites",
@@ -120,4 +136,5 @@ __all__ = [
     "resolve_level",
     "seeded",
     "wavelet_ll_project",
+    "within_budget",
 ]

@@ -7,6 +7,8 @@ don't really know what the attack returns").
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 LINF_ATOL = 1e-6
@@ -25,7 +27,7 @@ def perturbation_norm(delta: torch.Tensor, threat: str) -> torch.Tensor:
     d = delta.detach().to(torch.float64)
     if threat in ("Linf", "none"):
         return d.flatten(1).abs().amax(1) if d[0].numel() else torch.zeros(d.shape[0], dtype=torch.float64)
-    if threat == "L2":
+    if threat in ("L2", "corruption"):  # a corruption's size is reported as its L2 distance, never bounded
         return d.flatten(1).norm(dim=1)
     if threat == "L0":
         return (d.abs().amax(1) > 0).flatten(1).to(torch.float64).mean(1)
@@ -34,6 +36,27 @@ def perturbation_norm(delta: torch.Tensor, threat: str) -> torch.Tensor:
 
 def budget_tolerance(eps: float, threat: str) -> float:
     return LINF_ATOL + (L2_RTOL * eps if threat == "L2" else 0.0)
+
+
+def budget_limit(eps: float, threat: str) -> float:
+    """The largest perturbation norm :func:`audit` accepts at ``eps`` (the clean threat: none; a corruption,
+    whose eps is a severity: any, only finite values in [0,1] are checked)."""
+    if threat == "corruption":
+        return math.inf
+    return (0.0 if threat == "none" else eps) + budget_tolerance(eps, threat)
+
+
+def within_budget(x: torch.Tensor, x_adv: torch.Tensor, eps: float, threat: str) -> torch.Tensor:
+    """Per point, what :func:`audit` checks (finite, inside [0,1], norm within the budget), as a bool (B,)
+    instead of an error: for re-checking saved points and counting the ones that fail."""
+    if x_adv.shape != x.shape:
+        raise ValueError(f"points of shape {tuple(x_adv.shape)} for inputs {tuple(x.shape)}")
+    if len(x_adv) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    flat = x_adv.detach().flatten(1)
+    ok = torch.isfinite(flat).all(1) & (flat >= 0).all(1) & (flat <= 1).all(1)
+    norms = perturbation_norm(torch.nan_to_num(x_adv.detach()) - x, threat)
+    return ok & (norms <= budget_limit(eps, threat))
 
 
 def audit(x: torch.Tensor, x_adv: torch.Tensor, eps: float, threat: str, attack: str) -> torch.Tensor:
@@ -53,7 +76,7 @@ def audit(x: torch.Tensor, x_adv: torch.Tensor, eps: float, threat: str, attack:
             f"attack {attack!r} left the [0,1] image box (values in [{lo:.4g}, {hi:.4g}], eps={eps})"
         )
     norms = perturbation_norm(x_adv - x, threat)
-    limit = (0.0 if threat == "none" else eps) + budget_tolerance(eps, threat)
+    limit = budget_limit(eps, threat)
     over = norms > limit
     if bool(over.any()):
         worst = float(norms.max())

@@ -60,7 +60,7 @@ register_family(CLEAN, kind=AttackKind.CLEAN, threats=(NO_THREAT,), grad_depende
 register_family(
     "noise",
     kind=AttackKind.NOISE,
-    threats=tuple(Threat),
+    threats=(Threat.LINF, Threat.L2, Threat.L0),
     grad_dependent=False,
     params={
         "distribution": Param(str, None, choices=tuple(NOISE_THREAT)),

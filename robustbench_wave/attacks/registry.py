@@ -36,14 +36,30 @@ class AttackKind(str, Enum):
     WHITE_BOX = "white-box"
     BLACK_BOX = "black-box"
     TRANSFER = "transfer"
+    CORRUPTION = "corruption"  # common corruptions: average-case accuracy, never part of a worst case
 
 
 class Threat(str, Enum):
-    """Threat models (budgets in pixel units; L0 = fraction of pixel positions); records store ``.value``."""
+    """Threat models (budgets in pixel units; L0 = fraction of pixel positions); records store ``.value``.
+
+    ``corruption`` is no norm ball: its "budget" is the severity 1-5 of a common corruption (Hendrycks &
+    Dietterich 2019), reported as accuracy per corruption and severity (:func:`is_average_case`).
+    """
 
     LINF = "Linf"
     L2 = "L2"
     L0 = "L0"
+    CORRUPTION = "corruption"
+
+
+#: The severities of the ``corruption`` threat (its eps values).
+CORRUPTION_SEVERITIES = (1, 2, 3, 4, 5)
+
+
+def is_average_case(threat: str) -> bool:
+    """True for threats measured as average accuracy per budget (corruptions): their rows never enter a worst
+    case, never skip points others broke, and mark none broken."""
+    return threat == Threat.CORRUPTION.value
 
 
 @dataclass(frozen=True)

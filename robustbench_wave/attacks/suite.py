@@ -15,7 +15,9 @@ A suite file has three parts (see ``attacks/default.toml`` for a commented examp
 
 Threat models (Croce & Hein 2020; Carlini et al. 2019): ``Linf`` and ``L2`` norms of the perturbation in
 pixel units; ``L0`` is our budget for salt-and-pepper noise: the *fraction of pixel positions* (all channels
-of a pixel together) that may change, so ``eps = 0.05`` lets 5% of the pixels flip to black or white.
+of a pixel together) that may change, so ``eps = 0.05`` lets 5% of the pixels flip to black or white;
+``corruption`` (the ``corruption`` family, Hendrycks & Dietterich 2019) is no norm: its budgets are severities
+1-5, and its rows are an average-case accuracy, never part of a worst case.
 Validation: ``Linf`` and ``L0`` budgets must lie in [0, 1]; ``L2`` budgets must be >= 0 (an L2 budget above 1
 is normal, e.g. 2.0 on 28x28 images) and are checked against sqrt(C*H*W) when the data is known
 (:func:`robustbench_wave.evaluation.plan.check_budgets`). The suite's ``name`` becomes part of a run folder's
@@ -40,12 +42,14 @@ except ModuleNotFoundError:  # Python < 3.11
 
 from robustbench_wave.attacks.registry import (
     CLEAN,
+    CORRUPTION_SEVERITIES,
     NO_THREAT,
     AttackFamily,
     Param,
     Threat,
     family_spec,
     get_runner,
+    is_average_case,
     list_families,
 )
 from robustbench_wave.runfolder import check_safe_name
@@ -206,6 +210,12 @@ def _eps_list(values: Any, threat: str, where: str) -> tuple[float, ...]:
     if not isinstance(values, list) or not values:
         raise ValueError(f"{where}: expected a non-empty list of budgets, got {values!r}")
     out = sorted({parse_eps(v, where=where) for v in values})
+    if is_average_case(threat):
+        bad = [v for v in out if v not in CORRUPTION_SEVERITIES]
+        if bad:
+            raise ValueError(
+                f"{where}: corruption budgets are severities {list(CORRUPTION_SEVERITIES)}; got {bad[0]:g}"
+            )
     if threat in ("Linf", "L0"):
         bad = [v for v in out if v > 1.0]
         if bad:
@@ -265,6 +275,8 @@ def _parse_entry(raw: Any, index: int, source: str = "") -> AttackEntry:
     else:
         if "threat" not in raw and family == "noise" and raw.get("distribution") in NOISE_THREAT:
             raw["threat"] = NOISE_THREAT[raw["distribution"]]
+        if "threat" not in raw and spec.threats == (Threat.CORRUPTION.value,):
+            raw["threat"] = Threat.CORRUPTION.value
         if "threat" not in raw:
             raise ValueError(
                 f"attack entry {name!r} ({source or 'suite'} [[attack]] #{index + 1}) lacks the field 'threat'; "

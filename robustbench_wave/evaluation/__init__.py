@@ -4,7 +4,8 @@ Stages, one module each: :mod:`evaluator` (the public :func:`evaluate` and its l
 :mod:`plan` (the run's settings and the suite resolved for a data set), :mod:`execute` (one attack at one
 budget: batching, seeding, predictions), :mod:`state` (the running per-example worst case that lets later
 attacks skip broken points), :mod:`chunks` (resume from finished chunks), :mod:`records` (the record schema
-and its one builder), :mod:`meta` (provenance) and :mod:`result` (:class:`EvaluationResult`). Every number
+and its one builder), :mod:`meta` (provenance), :mod:`result` (:class:`EvaluationResult`),
+:mod:`adversarial` (the saved adversarial examples) and :mod:`reaudit` (re-checking them). Every number
 computed from records -- worst case, Wilson intervals, the reference budget -- lives in :mod:`metrics`. The
 layer sits on ``attacks`` and ``models`` and below ``analysis`` and ``reporting``: it never imports them.
 """

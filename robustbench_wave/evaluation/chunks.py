@@ -5,7 +5,9 @@ with a JSON marker written last, so a killed run resumes from the last complete 
 state for the same reason). The marker holds the configuration fingerprint (:func:`config_fingerprint`:
 suite, budgets, data, weights, model specs, seed, modes, back-ends, cross-check); a chunk made under any other
 configuration is ignored, never mixed in. A chunk whose files cannot be read (a truncated or hand-edited
-file) is treated as missing and computed again, with a warning naming the file.
+file) is treated as missing and computed again, with a warning naming the file. With ``save_adversarial`` a
+chunk also keeps the points that broke examples (``<chunk>.adv.safetensors``, holding the fingerprint too);
+a chunk without them is computed again when they are wanted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.adversarial import AdversarialSet, read_set, write_set
 from robustbench_wave.io import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -111,9 +114,25 @@ class ChunkCache:
         timing = info.get("timing", [])
         return records, timing if isinstance(timing, list) else []
 
-    def save(self, model: str, attack: str, mode: str, chunk: Chunk) -> None:
+    def load_adversarial(self, model: str, attack: str, mode: str) -> AdversarialSet | None:
+        """The points a chunk kept (``save_adversarial``), or None when missing, stale or unreadable."""
+        path = Path(f"{self._stem(model, attack, mode)}.adv.safetensors")
+        if not path.exists():
+            return None
+        try:
+            kept, header = read_set(path)
+        except ValueError as err:
+            log.warning("recomputing chunk %s: %s", path, _one_line(err))
+            return None
+        return kept if header.get("fingerprint") == self.fingerprint else None
+
+    def save(
+        self, model: str, attack: str, mode: str, chunk: Chunk, adversarial: AdversarialSet | None = None
+    ) -> None:
         records, timing = chunk
         stem = self._stem(model, attack, mode)
         rec.write_records(records, Path(f"{stem}.csv.gz"))
+        if adversarial is not None:
+            write_set(adversarial, Path(f"{stem}.adv.safetensors"), {"fingerprint": self.fingerprint})
         # the JSON is written last: its presence marks the chunk complete
         atomic_write_json(stem.with_suffix(".json"), {"fingerprint": self.fingerprint, "timing": timing})

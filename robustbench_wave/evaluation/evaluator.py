@@ -16,10 +16,15 @@ How the numbers are made honest (Croce & Hein 2020; Carlini et al. 2019; Athalye
   (ascending) only on points still robust at that eps; a skipped point is recorded with
   ``attacked=False, correct=False``. ``skip_broken=False`` runs every attack on every clean-correct point
   (for per-attack comparisons).
+* Common corruptions (threat ``corruption``, eps = severity) are an average-case axis: they run once, on
+  every example (clean errors included), are recorded under the first gradient mode only, and neither skip
+  nor mark broken points (:func:`~robustbench_wave.attacks.is_average_case`).
 * Budget audit on every returned point (``attacks.budget.audit``); predictions are recomputed here.
 * Per-example randomness: results do not depend on ``batch_size`` (:mod:`execute`).
 * Resume: with ``cache_dir`` every finished (model, attack, grad mode) chunk is saved and reused when the
   configuration (suite, data, weights, model specs, seed, modes, backend) is unchanged (:mod:`chunks`).
+* ``save_adversarial``: the audited points that broke examples, one per (mode, threat, eps, example) where
+  the worst case first fell (:mod:`adversarial`); they never change the records.
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ from robustbench_wave.attacks import (
     audit,
     get_runner,
     input_gradient_blocked,
+    is_average_case,
     load_suite,
     model_device,
 )
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.adversarial import AdversarialSet
 from robustbench_wave.evaluation.chunks import (
     Chunk,
     ChunkCache,
@@ -90,6 +97,7 @@ class _Run:
     rng_block: int
     device: torch.device
     pbar: Any = None  # tqdm bar: inner progress per batch / id block
+    adversarial: AdversarialSet | None = None  # the points that break examples (save_adversarial), or None
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -255,10 +263,14 @@ def _progress(run: _Run, label: str) -> Progress | None:
     return lambda i, n: run.pbar.set_postfix_str(f"{label} batch {i + 1}/{n}")
 
 
+Outcome = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]  # pred, loss, norm, last
+
+
 def _attack_points(
     run: _Run, spec: RunnerSpec, entry: AttackEntry, eps: float, idx: torch.Tensor, run_mode: str, label: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Attack run.images[idx] and return (pred, loss, norms, correct_last) after the budget audit."""
+) -> tuple[Outcome, torch.Tensor]:
+    """Attack run.images[idx]; returns (pred, loss, norms, correct_last) after the budget audit, and the
+    audited points."""
     x = run.images[idx]
     progress = _progress(run, f"{label} [{run_mode}] eps={eps:.4g}")
     with grad_mode(run.model, run_mode):
@@ -278,7 +290,7 @@ def _attack_points(
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
     pred, loss = predict(run.model, x_adv, run.labels[idx], run.settings.batch_size, run.device)
-    return pred, loss, norms, last
+    return (pred, loss, norms, last), x_adv
 
 
 def _one_step_if_blocked(run: _Run, entry: AttackEntry, mode: str) -> tuple[AttackEntry, str | None]:
@@ -293,16 +305,40 @@ def _one_step_if_blocked(run: _Run, entry: AttackEntry, mode: str) -> tuple[Atta
 
 
 def _eligible(run: _Run, entry: AttackEntry, modes: list[str], eps: float) -> dict[str, torch.Tensor]:
-    """Per recorded mode, the points this attack counts at ``eps``: still robust, or every clean-correct."""
+    """Per recorded mode, the points this attack counts at ``eps``: still robust, or every clean-correct;
+    every example for a corruption (average-case accuracy: clean errors are evaluated too)."""
+    if is_average_case(entry.threat):
+        return {m: torch.ones(len(run.labels), dtype=torch.bool) for m in modes}
     if not run.settings.skip_broken:
         return {m: run.clean_correct.clone() for m in modes}
     return {m: run.state.robust(m, entry.threat, eps) for m in modes}
 
 
-def _mark_broken(run: _Run, mode: str, entry: AttackEntry, eps: float, frame: pd.DataFrame) -> None:
-    """The points this block's attack broke leave the running worst case of ``mode`` at ``eps`` and above."""
+def _mark_broken(
+    run: _Run, block: rec.RecordBlock, frame: pd.DataFrame, points: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """The points this block's attack broke leave the running worst case of its mode at its eps and above;
+    ``points`` = (positions attacked, their audited points), kept where a flag fell (``save_adversarial``)."""
+    if is_average_case(block.threat):  # a corruption's misclassification is no break of the worst case
+        return
     broken = torch.from_numpy(np.array(frame["attacked"] & ~frame["correct"], dtype=bool))
-    run.state.mark_broken(mode, entry.threat, eps, broken)
+    if run.adversarial is not None:
+        _keep_breaks(run, block, broken, points)
+    run.state.mark_broken(block.grad_mode, block.threat, block.eps, broken)
+
+
+def _keep_breaks(
+    run: _Run, block: rec.RecordBlock, broken: torch.Tensor, points: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """The points that broke examples still robust at this budget: those the worst case counts there."""
+    new = (broken & run.state.robust(block.grad_mode, block.threat, block.eps)).nonzero().flatten()
+    idx, x_adv = points
+    row = torch.full((len(run.labels),), -1, dtype=torch.long)
+    row[idx] = torch.arange(len(idx))
+    col = block.columns()
+    info = {k: str(col[k]) for k in ("backend", "family", "kind")}
+    key = (str(col["grad_mode"]), str(col["threat"]), float(col["eps"]))
+    run.adversarial.add(key, run.ids[new], x_adv[row[new]], str(col["attack"]), info)
 
 
 def _run_eps(
@@ -311,18 +347,21 @@ def _run_eps(
     """One eps of a chunk: attack the eligible points, record every recorded mode, update the worst case."""
     t0 = time.perf_counter()
     rec_modes = run.modes if mode == SHARED else [mode]
+    if is_average_case(entry.threat):  # one row per example, under the first mode (exact when evaluated)
+        rec_modes = rec_modes[:1]
     run_mode = GradMode.EXACT.value if mode == SHARED else mode
     eligible = _eligible(run, entry, rec_modes, eps)
     target = torch.stack(list(eligible.values())).any(0)
     idx = target.nonzero().flatten()
     run.pbar.set_postfix_str(f"{entry.name} {mode} eps={eps:.4g} n={len(idx)}")
     spec = get_runner(entry.family, backend)
-    outcome = _attack_points(run, spec, entry, eps, idx, run_mode, f"{entry.name} ({backend})")
+    outcome, x_adv = _attack_points(run, spec, entry, eps, idx, run_mode, f"{entry.name} ({backend})")
     frames = []
     for m in rec_modes:
-        frame = _records(run, _block(run, entry, m, eps, backend), eligible[m] & target, idx, outcome)
+        block = _block(run, entry, m, eps, backend)
+        frame = _records(run, block, eligible[m] & target, idx, outcome)
         frames.append(frame)
-        _mark_broken(run, m, entry, eps, frame)
+        _mark_broken(run, block, frame, (idx, x_adv))
     timing = _timing(entry, mode, eps, backend, len(idx), t0)
     return frames, ({**timing, "note": note} if note else timing), idx
 
@@ -335,11 +374,12 @@ def _cross_check_eps(
     t0 = time.perf_counter()
     spec = get_runner(entry.family, backend)
     label = cross_attack_name(entry.name, backend)
-    outcome = _attack_points(run, spec, entry, eps, idx, mode, label)
+    outcome, x_adv = _attack_points(run, spec, entry, eps, idx, mode, label)
     attacked = torch.zeros(len(run.labels), dtype=torch.bool)
     attacked[idx] = True
-    frame = _records(run, _block(run, entry, mode, eps, backend, label), attacked, idx, outcome)
-    _mark_broken(run, mode, entry, eps, frame)
+    block = _block(run, entry, mode, eps, backend, label)
+    frame = _records(run, block, attacked, idx, outcome)
+    _mark_broken(run, block, frame, (idx, x_adv))
     return frame, {**_timing(entry, mode, eps, backend, len(idx), t0), "attack": label, "crosscheck": True}
 
 
@@ -367,16 +407,25 @@ def _chunk(
     run: _Run, plan: Plan, entry: AttackEntry, mode: str, cache: ChunkCache | None
 ) -> tuple[Chunk, bool]:
     """One chunk, and whether it came from the cache (a finished chunk of this configuration)."""
-    name = run.settings.model_name
+    name, outer = run.settings.model_name, run.adversarial
     cached = cache.load(name, entry.name, mode) if cache else None
-    if cached is not None:
+    kept = cache.load_adversarial(name, entry.name, mode) if cache and outer is not None else None
+    if cached is not None and (outer is None or kept is not None):
         run.state.apply_records(cached[0], run.ids.tolist())
+        if outer is not None and kept is not None:
+            outer.update(kept)
         run.pbar.update(len(plan.entry_eps[entry.name]))
         return cached, True
     cross = plan.cross.get(entry.name) if mode != SHARED else None
-    chunk = _run_chunk(run, entry, mode, plan.backends[entry.name], plan.entry_eps[entry.name], cross)
+    run.adversarial = kept = AdversarialSet(name) if outer is not None else None  # this chunk's points
+    try:
+        chunk = _run_chunk(run, entry, mode, plan.backends[entry.name], plan.entry_eps[entry.name], cross)
+    finally:
+        run.adversarial = outer
+    if outer is not None and kept is not None:
+        outer.update(kept)
     if cache:
-        cache.save(name, entry.name, mode, chunk)
+        cache.save(name, entry.name, mode, chunk, adversarial=kept)
     return chunk, False
 
 
@@ -433,6 +482,7 @@ def evaluate(
     device: str | torch.device | None = None,
     extra_meta: dict[str, Any] | None = None,
     specs: Mapping[str, str] | None = None,
+    save_adversarial: bool = False,
 ) -> EvaluationResult:
     """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records.
 
@@ -442,7 +492,9 @@ def evaluate(
     :class:`~robustbench_wave.evaluation.plan.CrossCheck`) also runs every other back-end of each gradient
     attack on the points the primary one attacked, as records of attack ``name@backend`` whose breaks count.
     ``specs`` (e.g. the hashes of the zoo specs that built ``model`` and ``surrogate``) identify what the
-    weights alone do not: a cached chunk made under other specs is never resumed.
+    weights alone do not: a cached chunk made under other specs is never resumed. ``save_adversarial``
+    keeps the audited points that broke examples (``result.adversarial[model_name]``, :mod:`adversarial`);
+    a cached chunk without its points is then computed again (same records).
     """
     t_start = time.perf_counter()
     suite = load_suite(suite)
@@ -458,6 +510,7 @@ def evaluate(
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     with _attack_context(model, surrogate, seed, getattr(dataset, "num_classes", None)) as ctx:
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev)
+        run.adversarial = AdversarialSet(model_name) if save_adversarial else None
         chunks, resumed = _attack_all(run, plan, cache)
     model_run = ModelRun(
         name=model_name,
@@ -472,12 +525,16 @@ def evaluate(
         extra=extra_meta,
     )
     meta = build_meta(plan, settings, data, model_run, device=dev, fingerprint=fingerprint)
-    return _result(clean[0], chunks, meta)
+    return _result(clean[0], chunks, meta, run.adversarial)
 
 
-def _result(clean: list[pd.DataFrame], chunks: list[Chunk], meta: dict[str, Any]) -> EvaluationResult:
-    """The records in suite order (clean first), each cross-check after its primary attack, and the meta."""
-    return EvaluationResult(rec.concat(clean + [c[0] for c in chunks]), meta)
+def _result(
+    clean: list[pd.DataFrame], chunks: list[Chunk], meta: dict[str, Any], adversarial: AdversarialSet | None
+) -> EvaluationResult:
+    """The records in suite order (clean first), each cross-check after its primary attack, the meta and
+    (``save_adversarial``) the points that broke examples."""
+    kept = {adversarial.model: adversarial} if adversarial is not None else {}
+    return EvaluationResult(rec.concat(clean + [c[0] for c in chunks]), meta, adversarial=kept)
 
 
 def _start(
@@ -494,7 +551,8 @@ def _start(
     t0 = time.perf_counter()
     pred, loss = predict(model, images, labels, settings.batch_size, device)
     clean_correct = pred == labels
-    state = RobustState(clean_correct, modes, plan.threat_eps)
+    worst_eps = {t: v for t, v in plan.threat_eps.items() if not is_average_case(t)}
+    state = RobustState(clean_correct, modes, worst_eps)
     run = _Run(
         model, images, labels, ids, clean_correct, modes, state, ctx, settings, plan.suite.rng_block, device
     )

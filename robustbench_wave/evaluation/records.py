@@ -46,16 +46,16 @@ DTYPES: dict[str, str] = {
     "dataset": "string",
     "grad_mode": "string",  # exact | blocked | bpda
     "attack": "string",  # suite entry name
-    "family": "string",  # clean | noise | fgsm | pgd | apgd | square | transfer
-    "kind": "string",  # clean | noise | white-box | black-box | transfer
-    "threat": "string",  # none | Linf | L2 | L0
-    "eps": "float64",  # pixel units (L0: fraction of pixels); 0 for clean
+    "family": "string",  # clean | noise | fgsm | pgd | apgd | square | transfer | corruption | ...
+    "kind": "string",  # clean | noise | white-box | black-box | transfer | corruption
+    "threat": "string",  # none | Linf | L2 | L0 | corruption (average case, never in a worst case)
+    "eps": "float64",  # pixel units (L0: fraction of pixels; corruption: severity 1-5); 0 for clean
     "backend": "string",  # builtin | torchattacks | foolbox
     "example_id": "int64",
     "label": "int64",
     "pred": "Int64",  # NA when not attacked
     "correct": "bool",
-    "norm": "float64",  # NaN when not attacked
+    "norm": "float64",  # in the threat's measure (corruption: L2 distance); NaN when not attacked
     "attacked": "bool",
     "correct_last": "boolean",  # NA unless an iterative builtin attack ran on the point
     "loss_final": "float64",  # cross-entropy at the returned point; NaN when not attacked

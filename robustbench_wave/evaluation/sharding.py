@@ -6,7 +6,8 @@ ones left standing, so attacks depend on each other). Library attacks are seeded
 rows a single process computes for those examples: :func:`shard_positions` assigns whole blocks. Joining is
 pure bookkeeping: :func:`merge_records` puts the shards' rows back into the single-process order (block by
 block, examples in run order), :func:`check_complete` proves every example is there exactly once per
-(model, grad_mode, attack, eps), and :func:`merge_meta` joins the shards' provenance. The attack command
+(model, grad_mode, attack, eps), and :func:`merge_meta` joins the shards' provenance (:func:`merge_results`
+also joins their saved adversarial examples, :mod:`adversarial`). The attack command
 (torchrun ranks or ``--shard i/n`` jobs) and ``python -m robustbench_wave.report merge`` both use them.
 
 Identity holds bit for bit when the model's output for an example does not depend on the rest of its batch.
@@ -30,6 +31,7 @@ import torch
 
 from robustbench_wave.distributed import shard_bounds
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.adversarial import META_KEY, merge_sets
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 from robustbench_wave.evaluation.result import EvaluationResult
 
@@ -181,6 +183,7 @@ def merge_meta(
     listing every shard's examples and chunk fingerprint."""
     meta = copy.deepcopy(metas[0])
     meta.pop(rec.META_RECORDS, None)  # shard 0's file; the run's is recorded on save
+    meta.pop(META_KEY, None)  # shard 0's adversarial examples; the run's are recorded on save
     ids = [int(i) for i in example_ids]
     meta["n_examples"] = len(ids)
     meta["example_ids"] = {"first": ids[0] if ids else None, "last": ids[-1] if ids else None}
@@ -227,7 +230,9 @@ def merge_results(
     records = merge_records([r.records for _, r in pairs], example_ids)
     check_complete(records, example_ids)
     meta = merge_meta([r.meta for _, r in pairs], [s for s, _ in pairs], records, example_ids, data_sha256)
-    return EvaluationResult(records, meta)
+    models = dict.fromkeys(m for _, r in pairs for m in r.adversarial)
+    kept = {m: merge_sets(m, [r.adversarial[m] for _, r in pairs if m in r.adversarial]) for m in models}
+    return EvaluationResult(records, meta, adversarial=kept)
 
 
 # ------------------------------------------------------------------------------ shard folders (--shard jobs)

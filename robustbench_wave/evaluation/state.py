@@ -1,7 +1,7 @@
 """The running worst case of an evaluation: AutoAttack's robust flags per (gradient mode, threat, eps).
 
 An example is robust at (threat, eps) only if no attack broke it at that eps or a smaller one; later attacks
-and larger budgets then run only on points still robust.
+and larger budgets then run only on points still robust. Corruptions (an average-case axis) have no flags.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from robustbench_wave.attacks import is_average_case
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 
 
@@ -45,7 +46,8 @@ class RobustState:
     def apply_records(self, records: pd.DataFrame, example_ids: list[int]) -> None:
         """Replay saved records (e.g. a resumed chunk) into the flags; ``example_ids`` gives the row order."""
         index = pd.Index(example_ids)
-        attacked = records[records["attacked"].astype(bool) & (records["threat"] != CLEAN_THREAT)]
+        worst = (records["threat"] != CLEAN_THREAT) & ~records["threat"].map(is_average_case).astype(bool)
+        attacked = records[records["attacked"].astype(bool) & worst]
         for (mode, threat, eps), g in attacked.groupby(["grad_mode", "threat", "eps"], sort=False):
             if mode not in self.flags:
                 continue

@@ -26,10 +26,10 @@ from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.verdict import Verdict, claim_numbers, verdict
 from robustbench_wave.attacks import LOWFREQ_FAMILY
-from robustbench_wave.evaluation.metrics import summarize, threat_eps
+from robustbench_wave.evaluation.metrics import default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.models.frontend import GradMode
-from robustbench_wave.reporting.plots import CAPTIONS, run_figures
+from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures
 from robustbench_wave.reporting.runs import (
     VERDICT_JSON,
     RunFolder,
@@ -40,6 +40,7 @@ from robustbench_wave.reporting.runs import (
 )
 from robustbench_wave.reporting.tables import (
     by_column,
+    corruption_table,
     formatted_table,
     markdown_table,
     seed_summary,
@@ -80,13 +81,15 @@ def write_report(
     v = run_verdict(loaded, num_classes=k, baseline=baseline)
     atomic_write_json(path.parent / VERDICT_JSON, v.to_dict())
     figure_paths = run_figures(loaded, path.parent, chance=1.0 / k) if figures else {}
-    atomic_write_text(path, render_report(loaded, v, figures_markdown(figure_paths, path.parent)))
+    text = render_report(loaded, v, figures_markdown(figure_paths, path.parent), baseline=baseline)
+    atomic_write_text(path, text)
     log.info("report written to %s", path)
     return path
 
 
-def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str) -> str:
-    """The whole report: a title, then one ``##`` section per part."""
+def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str, *, baseline: str | None = None) -> str:
+    """The whole report: a title, then one ``##`` section per part (common corruptions only when the records
+    hold them; their CEs relative to ``baseline``, default the ``patch`` model, else the first)."""
     models = list(dict.fromkeys(m for r in runs for m in r.records["model"].unique()))
     first = runs[0]
     dataset = str((first.meta.get("dataset") or {}).get("name") or first.records["dataset"].iloc[0])
@@ -94,6 +97,7 @@ def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str) -> str:
     sections = {
         "Verdict on the claim": verdict_markdown(v),
         "Robust accuracy": comparison_markdown(runs),
+        CORRUPTIONS_TITLE: corruptions_markdown(runs, baseline),
         "Diagnostics (is the evaluation trustworthy?)": diagnostics_markdown(runs),
         "Adaptive attacks": adaptive_markdown(runs),
         "Figures": figures,
@@ -104,6 +108,8 @@ def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str) -> str:
         f"# Robustness report: {', '.join(models)} on {dataset}",
         f"_robustbench_wave {__version__}, written {now}; {len(runs)} run folder(s)._",
     ]
+    if not sections[CORRUPTIONS_TITLE]:
+        del sections[CORRUPTIONS_TITLE]
     parts += [f"## {title}\n\n{body.rstrip()}" for title, body in sections.items()]
     return "\n\n".join(parts) + "\n"
 
@@ -186,6 +192,50 @@ def comparison_markdown(runs: Sequence[RunFolder]) -> str:
     wide = by_column(table, sep=" / ").reset_index()
     return (
         markdown_table(wide) + f"\n\n_{note}; attack columns follow the suite's bookkeeping (see meta.json)._"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# common corruptions
+# --------------------------------------------------------------------------------------------------------
+CORRUPTIONS_TITLE = "Common corruptions (average case)"
+
+
+def corruptions_markdown(runs: Sequence[RunFolder], baseline: str | None = None) -> str:
+    """Accuracy under each corruption (mean over severities 1-5), mean corruption accuracy, mCE and relative
+    mCE per model, then the full table per severity; mean over runs for several. Empty without corruptions."""
+    tables = [t for t in (corruption_table(r.records, baseline) for r in runs) if not t.empty]
+    if not tables:
+        return ""
+    table = pd.concat(tables).groupby(level=[0, 1], sort=False).mean() if len(tables) > 1 else tables[0]
+    models = list(dict.fromkeys(table.index.get_level_values(0)))
+    base = baseline if baseline in models else default_baseline(models)
+    cells = table.map(format_percent)
+    cells.index = [f"{m} / {g}" for m, g in cells.index]
+    curves = corruption_curves([r.records for r in runs])
+    wide = curves.assign(acc=curves["accuracy"].map(format_percent)).pivot_table(
+        index=["corruption", "severity"],
+        columns=["model", "grad_mode"],
+        values="acc",
+        aggfunc="first",
+        sort=False,
+    )
+    wide.columns = [f"{m} / {g}" for m, g in wide.columns]
+    text = (
+        "Common corruptions (Hendrycks & Dietterich 2019), generated from the attack seed with the CIFAR-10-C "
+        "severity parameters: accuracy over every example, averaged over severities 1-5 (`clean` = severity "
+        f"0); mCE = mean over corruptions of sum_s err(model) / sum_s err({base}), relative mCE the same for "
+        "the errors beyond each model's clean error (100% = as bad as the baseline). An average-case axis: "
+        "these rows never enter the worst-case robust accuracy."
+    )
+    if len(tables) > 1:
+        text += f" Mean over {len(tables)} runs."
+    return "\n\n".join(
+        [
+            text,
+            markdown_table(cells.T.reset_index(names="")),
+            _details("accuracy per corruption and severity", markdown_table(wide.reset_index())),
+        ]
     )
 
 

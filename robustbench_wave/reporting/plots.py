@@ -1,4 +1,5 @@
-"""Figures of the report: accuracy-vs-eps curves, attack-loss curves, energy removed by sparsification.
+"""Figures of the report: accuracy-vs-eps curves, attack-loss curves, energy removed by sparsification, and
+accuracy against the severity of common corruptions (when the records hold them).
 
 Carlini et al. 2019 ask for accuracy plotted against the budget (it must fall monotonically, to chance at
 large eps) and for the attack's convergence; the energy plot tests the mechanism claimed by the source paper
@@ -20,7 +21,14 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, WORST_MODE, summarize
+from robustbench_wave.attacks.corruptions import corruption_group, list_corruptions
+from robustbench_wave.evaluation.metrics import (
+    CLEAN_THREAT,
+    WORST,
+    WORST_MODE,
+    corruption_accuracy,
+    summarize,
+)
 from robustbench_wave.io import atomic_write
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.runs import FIGURES_DIR, RunFolder, combined_energy
@@ -38,6 +46,7 @@ CAPTIONS = {
     "accuracy": "Worst-case robust accuracy against ε",
     "loss": "PGD loss per step (diagnostics subset)",
     "energy": "Share of perturbation energy removed by sparsification",
+    "corruptions": "Accuracy under common corruptions against severity (0 = clean)",
 }
 
 
@@ -98,6 +107,72 @@ def plot_accuracy_vs_eps(
         ax.legend(fontsize=7, loc="best")
         paths.append(_save(fig, out_dir / f"accuracy_vs_eps_{_slug(str(threat))}.png"))
     return paths
+
+
+def corruption_curves(records: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Accuracy per (model, grad_mode, corruption, severity) of one run (bands: Wilson intervals) or the mean
+    over several runs (training seeds; bands: mean ± sd); empty without corruption rows."""
+    tables = [t for t in (corruption_accuracy(r) for r in records) if not t.empty]
+    if len(tables) <= 1:
+        return tables[0] if tables else pd.DataFrame()
+    keys = ["model", "grad_mode", "corruption", "severity"]
+    stats = pd.concat(tables).groupby(keys, sort=False)["accuracy"].agg(["mean", "std"]).reset_index()
+    spread = stats["std"].fillna(0.0)
+    return stats.assign(
+        accuracy=stats["mean"],
+        ci_low=(stats["mean"] - spread).clip(0, 1),
+        ci_high=(stats["mean"] + spread).clip(0, 1),
+    )
+
+
+def _corruption_order(names: Sequence[str]) -> list[str]:
+    """Hendrycks' order: the known corruptions by category, then any others as they come."""
+    known = [c for c in list_corruptions() if c in names]
+    return known + [n for n in names if n not in known]
+
+
+def _group(name: str) -> str:
+    return corruption_group(name) if name in list_corruptions() else "other"
+
+
+def plot_corruptions(
+    curves: pd.DataFrame, path: str | Path, *, chance: float | None = None, band_label: str = "95% Wilson CI"
+) -> Path | None:
+    """Accuracy against severity (0 = clean), one panel per corruption in Hendrycks' category order (noise,
+    blur, weather, digital), one line per model (and gradient mode) side by side, with bands."""
+    if curves is None or curves.empty:
+        return None
+    names = _corruption_order(list(dict.fromkeys(curves["corruption"])))
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig = Figure(figsize=(3.0 * cols, 2.5 * rows + 0.6))
+    lines = list(dict.fromkeys(zip(curves["model"], curves["grad_mode"])))
+    colors = {line: f"C{i % 10}" for i, line in enumerate(lines)}
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        sub = curves[curves["corruption"] == name]
+        for (model, mode), line in sub.groupby(["model", "grad_mode"], sort=False):
+            line = line.sort_values("severity")
+            color = colors[(model, mode)]
+            label = model if len({m for m, _ in lines}) == len(lines) else f"{model} / {mode}"
+            ax.plot(
+                line["severity"], line["accuracy"], "-", color=color, marker="o", ms=3, lw=1.5, label=label
+            )
+            ax.fill_between(line["severity"], line["ci_low"], line["ci_high"], color=color, alpha=0.12)
+        if chance is not None:
+            ax.axhline(chance, color="grey", lw=0.8, ls=":")
+        ax.set_title(f"{_group(name)}: {name}", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xticks(range(0, 6))
+        ax.grid(alpha=0.3)
+        if i % cols == 0:
+            ax.set_ylabel("accuracy")
+        if i >= len(names) - cols:
+            ax.set_xlabel("severity")
+        if i == 0:
+            ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Common corruptions (Hendrycks & Dietterich 2019); bands: {band_label}", fontsize=10)
+    return _save(fig, Path(path))
 
 
 def plot_loss_curves(histories: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path) -> Path | None:
@@ -170,10 +245,14 @@ def write_figures(
     energy: pd.DataFrame | None = None,
     chance: float | None = None,
     band_label: str = "95% Wilson CI",
+    corruptions: pd.DataFrame | None = None,
 ) -> dict[str, list[Path]]:
     """All figures into ``out_dir/figures``; returns their paths by kind."""
     fig_dir = Path(out_dir) / FIGURES_DIR
     out: dict[str, list[Path]] = {"accuracy": [], "loss": [], "energy": []}
+    if corruptions is not None and not corruptions.empty:
+        p = plot_corruptions(corruptions, fig_dir / "corruptions.png", chance=chance, band_label=band_label)
+        out["corruptions"] = [p] if p else []
     if curves is not None and not curves.empty:
         out["accuracy"] = plot_accuracy_vs_eps(curves, fig_dir, chance=chance, band_label=band_label)
     if histories:
@@ -196,9 +275,11 @@ def run_figures(runs: Sequence[RunFolder], out_dir: str | Path, *, chance: float
         curves, band = accuracy_curves(seed_summary(summaries)), "± 1 sd over seeds"
     histories = {d["model"]: d.get("histories", {}) for d in runs[0].diagnostics}
     energy = combined_energy(runs)
+    corruptions = corruption_curves([r.records for r in runs])
     return write_figures(
-        out_dir, curves=curves, histories=histories, energy=energy, chance=chance, band_label=band
-    )
+        out_dir, curves=curves, histories=histories, energy=energy, chance=chance, band_label=band,
+        corruptions=corruptions,
+    )  # fmt: skip
 
 
 def plot_pareto(points: pd.DataFrame, path: str | Path, *, title: str = "") -> Path | None:

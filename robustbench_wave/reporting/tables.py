@@ -11,7 +11,12 @@ default) a column is cumulative over the suite's earlier attacks, as in AutoAtta
 Files (:func:`write_tables`): ``summary.csv`` (tidy, numeric: n, n_robust, robust_accuracy, ci_low, ci_high),
 ``table.csv`` (wide, robust accuracy as a fraction), ``table.tex`` (booktabs; percent ± half-width of the
 Wilson interval), ``table_worst.tex`` (only clean and worst-case columns), ``table.txt`` (the terminal
-rendering) and, after a cross-check, ``crosscheck.csv``.
+rendering) and, after a cross-check, ``crosscheck.csv``. Common corruptions (an average-case axis, never in
+a worst case) get their own files when the records hold them: ``corruptions.csv`` (tidy: accuracy per
+model, corruption and severity, severity 0 = clean, with Wilson intervals), ``corruptions_summary.csv`` (one
+row per model: clean accuracy, accuracy per corruption averaged over severities 1-5, mean corruption
+accuracy, mCE and relative mCE against the baseline model) and ``corruptions.tex``; ``table.txt`` ends with
+that summary.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, backend_agreement, summarize
+from robustbench_wave.evaluation.metrics import (
+    CLEAN_THREAT,
+    WORST,
+    backend_agreement,
+    corruption_accuracy,
+    corruption_errors,
+    corruption_summary,
+    default_baseline,
+    summarize,
+)
 from robustbench_wave.io import atomic_write_text
 
 #: The files :func:`write_tables` writes, by the key of the paths it returns.
@@ -35,6 +49,9 @@ TABLE_FILES = {
     "latex_worst": "table_worst.tex",
     "text": "table.txt",
     "crosscheck": "crosscheck.csv",
+    "corruptions": "corruptions.csv",
+    "corruptions_summary": "corruptions_summary.csv",
+    "corruptions_latex": "corruptions.tex",
 }
 ROW_KEYS = ["model", "grad_mode"]
 COL_KEYS = ["threat", "attack", "eps"]
@@ -214,14 +231,97 @@ def _csv_text(df: pd.DataFrame, index: bool) -> str:
     return df.to_csv(index=index, lineterminator="\n")
 
 
+# ---------------------------------------------------------------------------------------- common corruptions
+CORRUPTION_COLUMNS = {
+    "clean_accuracy": "clean",
+    "mean_corruption_accuracy": "mean corruption acc.",
+    "mce": "mCE",
+    "relative_mce": "relative mCE",
+}
+
+
+def corruption_table(records: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """Wide numeric table, one row per (model, grad_mode): clean accuracy, the accuracy under each corruption
+    averaged over severities 1-5, the mean corruption accuracy, mCE and relative mCE (fractions; the CEs
+    relative to ``baseline``, :func:`metrics.corruption_errors`). Empty without corruption rows."""
+    acc = corruption_accuracy(records)
+    if acc.empty:
+        return pd.DataFrame()
+    summary = corruption_summary(records, baseline).set_index(ROW_KEYS)
+    per = acc[acc["severity"] > 0].groupby([*ROW_KEYS, "corruption"], sort=False)["accuracy"].mean()
+    wide = per.unstack("corruption").reindex(
+        index=summary.index, columns=list(dict.fromkeys(acc["corruption"]))
+    )
+    out = pd.concat(
+        [summary[["clean_accuracy"]], wide, summary[["mean_corruption_accuracy", "mce", "relative_mce"]]],
+        axis=1,
+    )
+    return out.rename(columns=CORRUPTION_COLUMNS)
+
+
+def _corruption_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """Percent strings with one decimal ('--' for a missing value)."""
+    return table.map(lambda v: "--" if pd.isna(v) else f"{100 * float(v):.1f}")
+
+
+def corruption_latex(table: pd.DataFrame, caption: str = "", label: str = "tab:corruptions") -> str:
+    """booktabs LaTeX of :func:`corruption_table` in percent (accuracies; mCE and relative mCE in % of the
+    baseline's errors)."""
+    cells = _corruption_cells(table)
+    cells.index = pd.MultiIndex.from_tuples(
+        [(_latex_escape(m), _latex_escape(g)) for m, g in cells.index], names=["model", "grad mode"]
+    )
+    cells.columns = [_latex_escape(str(c)) for c in cells.columns]
+    return cells.style.to_latex(
+        column_format="ll" + "r" * cells.shape[1],
+        hrules=True,
+        caption=_latex_escape(caption) if caption else None,
+        label=label,
+        position_float="centering",
+    )
+
+
+def render_corruptions(table: pd.DataFrame, baseline: str | None) -> str:
+    """Terminal text of :func:`corruption_table`: corruptions as rows, one column per model/mode."""
+    cells = _corruption_cells(table).T
+    cells.columns = [f"{m}/{g}" for m, g in cells.columns]
+    return (
+        "common corruptions (Hendrycks & Dietterich 2019), accuracy % averaged over severities 1-5; "
+        f"mCE and relative mCE in % of the baseline {baseline!r}'s errors:\n{cells.to_string()}\n"
+    )
+
+
+def _corruption_texts(records: pd.DataFrame, baseline: str | None, title: str) -> dict[str, str]:
+    """The corruption files' texts (none without corruption rows) and the terminal summary under "text"."""
+    table = corruption_table(records, baseline)
+    if table.empty:
+        return {}
+    baseline = baseline or default_baseline(list(dict.fromkeys(table.index.get_level_values(0))))
+    acc = corruption_accuracy(records)
+    errors = corruption_errors(acc, baseline)
+    tidy = acc.merge(errors.drop(columns="error"), on=[*ROW_KEYS, "corruption"], how="left")
+    caption = (
+        f"{title}; common corruptions, accuracy averaged over severities 1-5, mCE relative to {baseline}"
+    )
+    return {
+        "corruptions": _csv_text(tidy, index=False),
+        "corruptions_summary": _csv_text(table, index=True),
+        "corruptions_latex": corruption_latex(table, caption=caption),
+        "text": render_corruptions(table, baseline),
+    }
+
+
 def write_tables(
     records: pd.DataFrame,
     out_dir: str | Path,
     *,
     meta: dict[str, Any] | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Path]:
     """Write summary.csv, table.csv, table.tex, table_worst.tex, table.txt (and, when the records hold a
-    cross-check, crosscheck.csv: each back-end's robust accuracy on the same points, and what each found)."""
+    cross-check, crosscheck.csv: each back-end's robust accuracy on the same points, and what each found;
+    when they hold common corruptions, corruptions.csv, corruptions_summary.csv and corruptions.tex with
+    CEs relative to ``baseline``, default the ``patch`` model, else the first)."""
     out_dir = Path(out_dir)
     summary = summarize(records)
     title = table_title(records, meta)
@@ -238,6 +338,9 @@ def write_tables(
     agreement = backend_agreement(records)
     if len(agreement):
         texts["crosscheck"] = _csv_text(agreement, index=False)
+    corruptions = _corruption_texts(records, baseline, title)
+    if corruptions:
+        texts |= {**corruptions, "text": texts["text"] + "\n" + corruptions["text"]}
     return {key: atomic_write_text(out_dir / TABLE_FILES[key], text) for key, text in texts.items()}
 
 
@@ -245,9 +348,12 @@ __all__ = [
     "TABLE_FILES",
     "by_column",
     "comparison_table",
+    "corruption_latex",
+    "corruption_table",
     "format_eps",
     "formatted_table",
     "markdown_table",
+    "render_corruptions",
     "render_terminal",
     "seed_summary",
     "table_title",

@@ -31,6 +31,7 @@ from torch import nn
 
 from robustbench_wave.data import DatasetInfo, dataset_info
 from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, read_jsonl, sha256_file
+from robustbench_wave.models.external import state_mismatch
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.runfolder import check_safe_name
 
@@ -82,10 +83,7 @@ def load_weights(path: Path, model: nn.Module, expected_sha256: str | None = Non
         state = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise ValueError(f"checkpoint {path} is corrupt ({err}); delete {path.parent} and re-train") from None
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    mismatched = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    missing, unexpected, mismatched = state_mismatch(model.state_dict(), state)
     if missing or unexpected or mismatched:
         raise ValueError(
             f"checkpoint {path} does not fit this model (missing {missing[:5]}, unexpected {unexpected[:5]}, "

@@ -29,11 +29,12 @@ from torch import nn
 
 from robustbench_wave.data import DatasetInfo, load_split, train_val_split
 from robustbench_wave.distributed import DistContext, barrier, broadcast_object
-from robustbench_wave.io import atomic_write_json, provenance
+from robustbench_wave.io import atomic_write_json, provenance, read_jsonl
 from robustbench_wave.models.flops import flops_summary, vit_flops
 from robustbench_wave.models.vit import build_model, describe
 from robustbench_wave.models.zoo import load_spec
 from robustbench_wave.runfolder import FolderBusyError, RunLock, check_inside, remove_owned
+from robustbench_wave.tracking import TrainingLog, check_tensorboard, train_log_dir
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training.engine import (
     Recipe,
@@ -62,8 +63,10 @@ class TrainConfig:
 
     ``train_subset``/``test_subset`` shrink the splits for smoke runs and are part of the run's
     fingerprint, as is ``bf16`` (autocast on CUDA) when on; ``fresh`` discards an existing run;
-    ``progress`` only shows bars. Where the run executes (device, number of ranks) is provenance, not
-    configuration: results of several ranks differ from one only by floating-point reduction order, so a
+    ``progress`` only shows bars; ``tensorboard``, a folder, copies each run into a TensorBoard run there
+    (:mod:`robustbench_wave.tracking`; needs the ``tracking`` extra), and is not part of the run either.
+    Where the run executes (device, number of ranks) is provenance, not configuration: results of several
+    ranks differ from one only by floating-point reduction order, so a
     run resumes and is reused across device counts. Counts are checked here (ValueError), so a library
     caller gets the command line's rules: a subset is None (the whole split) or >= 1, never 0.
     """
@@ -77,8 +80,11 @@ class TrainConfig:
     fresh: bool = False
     progress: bool = True
     bf16: bool = False
+    tensorboard: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.tensorboard is not None:
+            check_tensorboard()
         for what, value in self.subsets.items():
             if value is not None:
                 check_count(value, f"TrainConfig.{what}", "or None for the whole split")
@@ -222,8 +228,10 @@ def train_model(
     init = init_source(spec, data.info, config.out, seed)
     fields = {**config.fingerprint_fields, **({"init_from": init} if init else {})}
     fingerprint = run_fingerprint(spec, config.recipe, data.info, seed, fields)
-    with _locked(directory, ctx):
-        return _train_locked(spec, data, config, seed, ctx, directory, fingerprint, init)
+    tracked = config.tensorboard is not None and ctx.is_main  # --parallel runs: each rank its own runs
+    log_dir = train_log_dir(config.tensorboard, data.info.slug, spec["name"], seed) if tracked else None
+    with _locked(directory, ctx), TrainingLog(log_dir) as tb:
+        return _train_locked(spec, data, config, seed, ctx, directory, fingerprint, init, tb)
 
 
 def init_source(spec: dict, info: DatasetInfo, out: Path, seed: int) -> dict[str, Any] | None:
@@ -282,9 +290,11 @@ def _locked(directory: Path, ctx: DistContext) -> Iterator[None]:
 
 def _train_locked(
     spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext, directory: Path,
-    fingerprint: str, init: dict[str, Any] | None = None,
+    fingerprint: str, init: dict[str, Any] | None = None, tb: TrainingLog | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """:func:`train_model` once the run folder is locked: discard (--fresh), reuse, or train and resume."""
+    """:func:`train_model` once the run folder is locked: discard (--fresh), reuse, or train and resume.
+    ``tb`` gets a copy of what the run writes, rebuilt from its files (resume state, metrics.jsonl)."""
+    tb = tb or TrainingLog(None)
     name, recipe = spec["name"], config.recipe
     if config.fresh and ctx.is_main:
         remove_owned(directory, ckpt.OWNED_FILES)
@@ -292,6 +302,7 @@ def _train_locked(
     existing = _finished_run(directory, fingerprint)
     if existing is not None:
         log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
+        _track_finished(tb, directory)
         return existing
     run, done, history = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint, init)
     if done:
@@ -300,16 +311,33 @@ def _train_locked(
     if ctx.is_main:
         atomic_write_json(directory / ckpt.CONFIG, run_config)
         ckpt.write_metrics(directory, history)  # the resume state's epochs, each once
+    tb.epochs(history)  # the TensorBoard run restarts from the same epochs
     for epoch in range(done, recipe.epochs):
         history.append(_train_epoch(run, data, recipe, epoch, config.progress))
         _save_epoch(run, epoch + 1, history)
+        tb.epochs(history[-1:])  # after the run's own files hold the epoch
     final = {**_finish(run, data, history), "spec_sha256": ckpt.spec_sha256(spec, data.info.to_dict())}
     if ctx.is_main:
         run_config["final"] = final
         atomic_write_json(directory / ckpt.CONFIG, run_config)
         ckpt.clear_resume_state(directory)
+    tb.final(final, recipe.epochs, tracked_hparams(run_config))
     barrier(ctx)  # the run is complete on disk before any rank moves on
     return summary_row(name, seed, recipe.epochs, final)
+
+
+def tracked_hparams(run_config: dict[str, Any]) -> dict[str, Any]:
+    """What TensorBoard's HParams tab shows of a run: model, data set, seed, recipe, precision, subsets."""
+    keys = ("model", "dataset", "seed", "precision", "train_subset", "test_subset")
+    return {**{k: run_config.get(k) for k in keys}, **run_config.get("recipe", {})}
+
+
+def _track_finished(tb: TrainingLog, directory: Path) -> None:
+    """Copy a finished run that is reused (not retrained) into ``tb`` from its metrics.jsonl and config.json."""
+    if tb.active:
+        config = ckpt.read_config(directory)
+        tb.epochs(read_jsonl(directory / ckpt.METRICS))
+        tb.final(config["final"], config["recipe"]["epochs"], tracked_hparams(config))
 
 
 def _run_config(run: _Run, spec: dict, info: DatasetInfo, config: TrainConfig) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def tiny_suite() -> Suite:
     suite = {
         "name": "tiny",
         "settings": {"rng_block": 8},
-        "eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.05]}},
+        "eps": {"default": {"Linf": [0.1], "L2": [1.0], "L0": [0.05], "corruption": [3]}},
         "attack": [
             {"name": "clean", "family": "clean"},
             {"name": "noise_u", "family": "noise", "distribution": "uniform"},
@@ -137,6 +137,7 @@ def tiny_suite() -> Suite:
             {"name": "lowfreq", "family": "lowfreq-pgd", "threat": "Linf", "steps": 2, "level": 1},
             {"name": "apgd_t", "family": "apgd-t", "threat": "Linf", "steps": 2, "n_target_classes": 2},
             {"name": "fab_t", "family": "fab-t", "threat": "Linf", "steps": 2, "n_target_classes": 2},
+            {"name": "gaussian_noise", "family": "corruption", "corruption": "gaussian_noise"},
         ],
     }
     listed = {a["family"] for a in suite["attack"]}

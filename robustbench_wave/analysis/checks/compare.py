@@ -20,7 +20,13 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.attacks import AttackKind, Threat, family_spec, list_families
-from robustbench_wave.evaluation.metrics import clean_correct, example_status, mcnemar_exact, threat_eps
+from robustbench_wave.evaluation.metrics import (
+    clean_correct,
+    example_status,
+    mcnemar_exact,
+    threat_eps,
+    worst_case_rows,
+)
 from robustbench_wave.models.frontend import GradMode
 
 from .base import CheckResult
@@ -61,7 +67,8 @@ def iterative_families() -> set[str]:
 
 def check_records(records: pd.DataFrame, *, one_model: bool = True) -> pd.DataFrame:
     """Validate the columns the checks read and, with ``one_model``, that one model's rows are given
-    (example ids are only comparable within a model)."""
+    (example ids are only comparable within a model); returns them without corruption rows (average case:
+    no check reads them)."""
     missing = sorted(set(_NEEDED) - set(records.columns))
     if missing:
         raise ValueError(
@@ -72,7 +79,7 @@ def check_records(records: pd.DataFrame, *, one_model: bool = True) -> pd.DataFr
             f"records hold several models {sorted(records['model'].unique())}: pass one model's rows "
             "(records[records.model == name])"
         )
-    return records
+    return worst_case_rows(records)
 
 
 def mode_view(records: pd.DataFrame, mode: str, model: str | None = None) -> pd.DataFrame:

@@ -1,0 +1,121 @@
+"""Re-audit a run's saved adversarial examples against its records, with nothing re-attacked.
+
+Every saved point (:mod:`adversarial`) is checked again as the evaluation checked it: within its budget
+(:func:`~robustbench_wave.attacks.budget.within_budget`, the audit's rule: finite, in [0,1], norm <= eps),
+then classified by the reloaded model exactly as the evaluation classified it (eval mode, the same attack
+wrapper, the run's batch size), and its prediction compared with the ``pred`` its record holds. The records
+and the saved points must also agree on which examples fell: every example the records count as broken at
+(mode, threat, eps) has a saved point at that budget or below, and every saved point's record is a break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from robustbench_wave.attacks import GradSafe, attack_mode, is_average_case, within_budget
+from robustbench_wave.evaluation.adversarial import AdversarialSet, Key
+from robustbench_wave.evaluation.execute import predict
+from robustbench_wave.evaluation.metrics import CLEAN_THREAT, EPS_TOL, clean_correct, robust_flags
+
+COLUMNS = [
+    "model", "grad_mode", "threat", "eps", "n_checked", "n_budget_violations", "n_pred_mismatches",
+    "n_unmatched", "n_missing",
+]  # fmt: skip
+#: The counts that must all be 0 for a run to pass.
+FAILURES = ["n_budget_violations", "n_pred_mismatches", "n_unmatched", "n_missing"]
+
+
+def _record_keys(records: pd.DataFrame) -> set[Key]:
+    threats = records["threat"].astype(str)
+    rows = records[(threats != CLEAN_THREAT) & ~threats.map(is_average_case).astype(bool)]
+    triples = rows[["grad_mode", "threat", "eps"]].drop_duplicates().itertuples(index=False, name=None)
+    return {(str(m), str(t), float(e)) for m, t, e in triples}
+
+
+def _breaks(records: pd.DataFrame, key: Key) -> set[int]:
+    """Examples the records count as broken at ``key``: clean-correct and not robust (metrics' worst case)."""
+    mode, threat, eps = key
+    rows = records[records["grad_mode"] == mode]
+    flags = robust_flags(rows, threat, eps)
+    clean = clean_correct(rows).reindex(flags.index, fill_value=False)
+    return set(flags.index[clean.to_numpy(bool) & ~flags.to_numpy(bool)].astype(int))
+
+
+def _recorded(records: pd.DataFrame, key: Key, ids: torch.Tensor, sources: list[str]) -> pd.DataFrame:
+    """The record of each saved point: its attack's row at this (mode, eps) for that example (NaN if none)."""
+    mode, threat, eps = key
+    rows = records[
+        (records["grad_mode"] == mode)
+        & (records["threat"] == threat)
+        & (abs(records["eps"] - eps) <= EPS_TOL)
+    ]
+    want = pd.DataFrame({"example_id": ids.numpy().astype(np.int64), "attack": sources})
+    cols = ["example_id", "attack", "pred", "attacked", "correct"]
+    return want.merge(rows[cols].astype({"attack": object}), on=["example_id", "attack"], how="left")
+
+
+def reaudit_model(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    example_ids: Sequence[int],
+    kept: AdversarialSet,
+    records: pd.DataFrame,
+    *,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
+    """One row per (grad mode, threat, eps) of ``records`` (this model's) or of ``kept``: :data:`COLUMNS`.
+
+    ``images`` / ``labels`` are the run's clean inputs in the order of ``example_ids``.
+    """
+    position = {int(e): p for p, e in enumerate(example_ids)}
+    device = torch.device(device)
+    out = []
+    with attack_mode(model):
+        wrapped = GradSafe(model)
+        for key in sorted(_record_keys(records) | set(kept.keys())):
+            out.append(_check_key(wrapped, images, labels, position, kept, records, key, batch_size, device))
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def _check_key(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    position: dict[int, int],
+    kept: AdversarialSet,
+    records: pd.DataFrame,
+    key: Key,
+    batch_size: int,
+    device: torch.device,
+) -> dict[str, object]:
+    g = kept.group(key)
+    unknown = [i for i in g.example_id.tolist() if i not in position]
+    if unknown:
+        raise ValueError(f"{kept.model} {key}: saved example ids {unknown[:5]} are not examples of the run")
+    pos = torch.tensor([position[i] for i in g.example_id.tolist()], dtype=torch.long)
+    x = g.x.reshape(len(pos), *images.shape[1:]) if not len(pos) else g.x  # no point saved: (0, C, H, W)
+    ok = within_budget(images[pos], x, key[2], key[1])
+    pred, _ = predict(model, x, labels[pos], batch_size, device)
+    rec = _recorded(records, key, g.example_id, g.source)
+    is_break = rec["attacked"].fillna(False).astype(bool) & ~rec["correct"].fillna(True).astype(bool)
+    recorded = rec["pred"].astype("Int64")
+    same = (recorded.to_numpy(dtype=np.int64, na_value=-1) == pred.numpy()) & recorded.notna().to_numpy()
+    covered = set(kept.worst_case(*key).example_id.tolist())
+    return {
+        "model": kept.model,
+        "grad_mode": key[0],
+        "threat": key[1],
+        "eps": key[2],
+        "n_checked": len(pos),
+        "n_budget_violations": int((~ok).sum()),
+        "n_pred_mismatches": int((~same).sum()),
+        "n_unmatched": int((~is_break.to_numpy()).sum()),
+        "n_missing": len(_breaks(records, key) - covered),
+    }

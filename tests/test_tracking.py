@@ -1,0 +1,226 @@
+"""``--tensorboard`` (robustbench_wave.tracking): the event files, read back with TensorBoard's own reader,
+hold exactly the numbers of the run's files (metrics.jsonl, config.json, summary.csv), once per step after
+a kill and a resume; a missing package is refused before any write; a failing writer loses no result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from robustbench_wave import attack, tracking, train
+from robustbench_wave.data import load_split, to_float
+from robustbench_wave.training import checkpoint as ckpt
+from tests.support.training import kill_in_epoch
+
+ARGS = ["--dataset", "synthetic", "--train-subset", "96", "--test-subset", "32", "--batch-size", "32",
+        "--epochs", "2", "--no-progress", "--model", "patch"]  # fmt: skip
+#: metrics.jsonl key -> the TensorBoard tag it must appear under (written out, not computed by epoch_tag).
+EPOCH_TAGS = {
+    "train_loss": "train/loss", "train_accuracy": "train/accuracy", "train_images_per_s": "train/images_per_s",
+    "val_loss": "val/loss", "val_accuracy": "val/accuracy", "lr": "train/lr",
+    "epoch_seconds": "train/epoch_seconds",
+}  # fmt: skip
+
+
+def _train(out: Path, tb: Path, *extra: str) -> int:
+    return train.main([*ARGS, "--out", str(out), "--tensorboard", str(tb), *extra])
+
+
+def _read(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a TensorBoard run as (step, value) pairs, by TensorBoard's own reader."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = accumulator.EventAccumulator(str(log_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _events(log_dir: Path) -> list[Path]:
+    return sorted(log_dir.glob("events.out.tfevents.*"))
+
+
+def _check_training_copy(run: Path, log_dir: Path) -> None:
+    """TensorBoard holds each metrics.jsonl row once, at step = its epoch, and config.json's test numbers
+    at the last epoch (float32, as TensorBoard stores scalars)."""
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    final = json.loads((run / "config.json").read_text())["final"]
+    scalars = _read(log_dir)
+    for key, tag in EPOCH_TAGS.items():
+        assert [s for s, _ in scalars[tag]] == [m["epoch"] for m in metrics], tag  # each epoch once
+        assert [v for _, v in scalars[tag]] == pytest.approx([m[key] for m in metrics], rel=1e-6), tag
+    assert scalars["test/accuracy"] == [(len(metrics), pytest.approx(final["test_accuracy"], rel=1e-6))]
+    assert scalars["test/loss"] == [(len(metrics), pytest.approx(final["test_loss"], rel=1e-6))]
+    assert len(_events(log_dir)) == 1  # superseded event files are gone
+
+
+def test_training_curves_equal_metrics_jsonl(tmp_path):
+    pytest.importorskip("tensorboard")
+    assert _train(tmp_path / "out", tmp_path / "tb") == 0
+    run = ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0)
+    log_dir = tracking.train_log_dir(tmp_path / "tb", "synthetic", "patch", 0)
+    _check_training_copy(run, log_dir)
+    # re-running reuses the finished run and rebuilds the same TensorBoard run (no step twice)
+    before = _read(log_dir)
+    assert _train(tmp_path / "out", tmp_path / "tb") == 0
+    assert _read(log_dir) == before
+    _check_training_copy(run, log_dir)
+
+
+def test_killed_and_resumed_training_logs_every_epoch_once(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    restore = kill_in_epoch(monkeypatch, epoch=2)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path / "out", tmp_path / "tb", "--epochs", "3")
+    log_dir = tracking.train_log_dir(tmp_path / "tb", "synthetic", "patch", 0)
+    assert [s for s, _ in _read(log_dir)["train/loss"]] == [1]
+    # a stale event file from the killed run that logged past its resume state (as a SIGKILL between the
+    # copy and the state could leave): the resumed run must drop it, not show epoch 2 twice
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(log_dir)) as stale:
+        stale.add_scalar("train/loss", 99.0, global_step=2)
+    assert len(_events(log_dir)) == 2
+    restore()
+    assert _train(tmp_path / "out", tmp_path / "tb", "--epochs", "3") == 0
+    _check_training_copy(ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0), log_dir)
+
+
+def test_a_failing_writer_loses_no_result(tmp_path, monkeypatch, caplog):
+    """Tracking is a copy: its failure warns once and the run's files are those of an untracked run."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    assert train.main([*ARGS, "--out", str(tmp_path / "plain")]) == 0
+
+    def broken(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(SummaryWriter, "add_scalar", broken)
+    with caplog.at_level(logging.WARNING, logger="robustbench_wave.tracking"):
+        assert _train(tmp_path / "out", tmp_path / "tb") == 0
+    assert len([r for r in caplog.records if "disk full" in r.getMessage()]) == 1
+    plain = ckpt.run_dir(tmp_path / "plain", "synthetic", "patch", 0)
+    tracked = ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0)
+    assert (tracked / "model.safetensors").read_bytes() == (plain / "model.safetensors").read_bytes()
+    strip = {"epoch_seconds", "train_images_per_s"}  # timings
+    rows = [
+        [
+            {k: v for k, v in json.loads(line).items() if k not in strip}
+            for line in path.read_text().splitlines()
+        ]
+        for path in (plain / "metrics.jsonl", tracked / "metrics.jsonl")
+    ]
+    assert rows[0] == rows[1]
+
+
+@pytest.mark.parametrize("command", ["train", "attack"])
+def test_missing_tensorboard_is_refused_before_any_write(tmp_path, monkeypatch, capsys, command):
+    for module in ("tensorboard", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    out, tb = tmp_path / "out", tmp_path / "tb"
+    with pytest.raises(SystemExit) as exc:
+        if command == "train":
+            _train(out, tb)
+        else:
+            attack.main(
+                ["--model", "patch", "--dataset", "synthetic", "--out", str(out), "--tensorboard", str(tb)]
+            )
+    message = str(exc.value)
+    assert "pip install 'robustbench_wave[tracking]'" in message and len(message.splitlines()) == 1
+    assert not out.exists() and not tb.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "attack"])
+def test_a_file_as_tensorboard_folder_is_refused_before_any_write(tmp_path, command):
+    out, tb = tmp_path / "out", tmp_path / "tb"
+    tb.write_text("not a folder")
+    with pytest.raises(SystemExit, match=r"--tensorboard .*tb: is a file"):
+        if command == "train":
+            _train(out, tb)
+        else:
+            attack.main(
+                ["--model", "patch", "--dataset", "synthetic", "--out", str(out), "--tensorboard", str(tb)]
+            )
+    assert not out.exists() and tb.read_text() == "not a folder"
+
+
+def test_help_explains_the_flag(capsys):
+    for main in (train.main, attack.main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = capsys.readouterr().out
+        assert "--tensorboard" in text and "robustbench_wave[tracking]" in text
+
+
+def _fitted(n_train: int) -> nn.Module:
+    """A linear model least-squares fitted to ``n_train`` synthetic images: accurate, but not robust, so
+    its robust accuracy falls from clean through the eps grid (values worth comparing)."""
+    images, labels, _ = load_split("synthetic", "train")
+    model = nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear(64, 10)).eval()
+    features = model[:2](to_float(images[:n_train]))
+    design = torch.cat([features, torch.ones(n_train, 1)], 1)
+    solution = torch.linalg.lstsq(design, F.one_hot(labels[:n_train].long(), 10).float()).solution
+    with torch.no_grad():
+        model[2].weight.copy_(solution[:-1].T)
+        model[2].bias.copy_(solution[-1])
+    return model
+
+
+def test_attack_tables_equal_summary_csv(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+
+    def load_trained(name: str, dataset: str, results_dir: object = "results", seed: int = 0):  # type: ignore[no-untyped-def]
+        meta = {"checkpoint_sha256": f"sha-{name}", "clean_accuracy": 0.1, "run_dir": f"runs/{name}"}
+        return _fitted(100 * len(name)), meta
+
+    monkeypatch.setattr(ckpt, "load_trained", load_trained)
+    args = ["--model", "tiny", "--model", "tiny22", "--dataset", "synthetic", "--n-examples", "16", "--suite",
+            "smoke", "--attacks", "noise_uniform,fgsm", "--surrogate", "none", "--cross-check", "off",
+            "--no-diagnostics", "--no-progress", "--out", str(tmp_path / "out"), "--run-name", "r",
+            "--tensorboard", str(tmp_path / "tb")]  # fmt: skip
+    for _ in range(2):  # a re-run (resumed from its chunks) rebuilds the same TensorBoard runs
+        assert attack.main(args) == 0
+    summary = pd.read_csv(tmp_path / "out" / "attack" / "synthetic" / "r" / "summary.csv")
+    root = tracking.attack_log_dir(tmp_path / "tb", "synthetic", "r")
+    assert len(_events(root)) == 1
+    for (model, mode), rows in summary.groupby(["model", "grad_mode"]):
+        scalars = _read(root / model / mode)
+        for threat, by_threat in rows.groupby("threat"):
+            grid = sorted(by_threat["eps"].unique())
+            assert scalars[f"eps/{threat}"] == [(i, pytest.approx(e, rel=1e-6)) for i, e in enumerate(grid)]
+            for attack_name, g in by_threat.groupby("attack"):
+                expected = [
+                    (grid.index(e), pytest.approx(a, rel=1e-6))
+                    for e, a in zip(g["eps"], g["robust_accuracy"])
+                ]
+                assert scalars[f"robust_accuracy/{threat}/{attack_name}"] == expected
+        assert len(_events(root / model / mode)) == 1
+    assert {"tiny", "tiny22"} == {p.name for p in root.iterdir() if p.is_dir()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["data", "runs"])
+def test_under_torchrun_each_run_is_logged_once_by_the_rank_that_trains_it(tmp_path, parallel):
+    """``--parallel data``: rank 0 alone writes (one event file, each epoch once); ``--parallel runs``:
+    each rank writes the runs it trains (rank 1 trains wavelet)."""
+    pytest.importorskip("tensorboard")
+    root = Path(__file__).resolve().parents[1]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    args = [*ARGS, "--model", "wavelet", "--train-subset", "64", "--epochs", "1", "--parallel", parallel]
+    args += ["--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    command = [*launcher, "-m", "robustbench_wave.train", *args]
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("patch", "wavelet"):
+        run = ckpt.run_dir(tmp_path / "out", "synthetic", name, 0)
+        _check_training_copy(run, tracking.train_log_dir(tmp_path / "tb", "synthetic", name, 0))
