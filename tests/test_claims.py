@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -114,6 +115,19 @@ def test_claim5_exact_vs_bpda(exact, bpda, n, expected):
     assert f.verdict == expected, f.reason
     row = f.table.set_index("comparison").loc["exact − bpda"]
     assert row["diff"] == pytest.approx((exact - bpda) / n)
+
+
+def test_claim5_finds_pooled_models_by_their_spec_not_only_their_name():
+    records = _pooled_model(60, 20).assign(model="patch-kmeans-48-32-16-16")
+    assert cl.assignment_masking_claim([records], scope="s") == []  # the name alone does not say it pools
+    found = cl.assignment_masking_claim([records], scope="s", pooled={"patch-kmeans-48-32-16-16"})
+    assert {f.verdict for f in found} == {cl.SUPPORTED}
+
+    specs = {"patch-kmeans-48-32-16-16": {"tokenpool": {"method": "kmeans"}}, "patch": {"tokenizer": "patch"}}
+    run = SimpleNamespace(
+        meta={"models": {m: {"model_spec": s} for m, s in specs.items()}}
+    )  # meta.json's part
+    assert rc.pooled_models([run]) == {"patch-kmeans-48-32-16-16"}
 
 
 # ------------------------------------------------------------------------------------------------ claim 1

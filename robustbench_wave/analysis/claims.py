@@ -23,7 +23,7 @@ Markdown is rendered by :mod:`robustbench_wave.reporting.claims`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -547,11 +547,14 @@ def assignment_masking_claim(
     scope: str,
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     threats: Sequence[str] = ("Linf", "L2"),
+    pooled: Collection[str] = (),
 ) -> list[Finding]:
     """Claim 5 per Token Pooling model and threat: exact minus BPDA robust accuracy at the reference budget
     (pooled over the group's runs). Masking at the assignment = exact significantly above BPDA (supported);
-    not supported when not significant with a narrow interval or significantly below; else inconclusive."""
-    models = sorted({m for r in runs for m in r["model"].unique() if "tokenpool" in m})
+    not supported when not significant with a narrow interval or significantly below; else inconclusive.
+    Token Pooling models: those named in ``pooled`` (their specs have a ``[tokenpool]`` table) and any
+    model whose name says ``tokenpool``."""
+    models = sorted({m for r in runs for m in r["model"].unique() if "tokenpool" in m or m in pooled})
     out = []
     for model, threat in [(m, t) for m in models for t in threats]:
         rows = [r[r["model"] == model] for r in runs]

@@ -284,7 +284,17 @@ def _group_findings(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
     for threat in ("Linf", "L2"):
         step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
         found += [step] if step else []
-    return found + cl.assignment_masking_claim(records, scope=scope, diagnostics_failures=fails)
+    return found + cl.assignment_masking_claim(
+        records, scope=scope, diagnostics_failures=fails, pooled=pooled_models(group)
+    )
+
+
+def pooled_models(group: Sequence[RunFolder]) -> set[str]:
+    """The models of these runs whose recorded spec pools tokens (a ``[tokenpool]`` table in meta.json)."""
+    models = [(name, m) for r in group for name, m in ((r.meta.get("models") or {}).items())]
+    return {
+        name for name, m in models if isinstance(m, dict) and (m.get("model_spec") or {}).get("tokenpool")
+    }
 
 
 def _with_train_commands(found: list[cl.Finding], train: pd.DataFrame) -> list[cl.Finding]:
