@@ -268,21 +268,13 @@ def run_diagnostics(
     )
     results = [c.run(inputs, None) for c in checks if not c.per_mode]
     results += [c.run(inputs, mode) for mode in modes for c in checks if c.per_mode]
-    report = DiagnosticsReport(
-        model_name,
-        results,
-        inputs.histories,
-        subset,
-        {
-            "n": len(idx),
-            "eps": eps,
-            "steps": steps,
-            "square_queries": square_queries,
-            "modes": modes,
-            "seed": seed,
-            "self_transfer": self_transfer,
-            "thresholds": {c.name: c.thresholds() for c in checks},
-        },
-    )
+    settings = {"n": len(idx), "eps": eps, "steps": steps, "square_queries": square_queries, "modes": modes}
+    settings |= {"seed": seed, "self_transfer": self_transfer, "thresholds": _thresholds(checks)}
+    report = DiagnosticsReport(model_name, results, inputs.histories, subset, settings)
     log.info("%s: %s", model_name, report.status)
     return report
+
+
+def _thresholds(checks: Sequence[Check]) -> dict[str, Any]:
+    """Each check's thresholds, recorded with the report so a verdict can be re-read later."""
+    return {c.name: c.thresholds() for c in checks}
