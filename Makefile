@@ -102,7 +102,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-## The claims report (results/claims.md, benchmarks/README.md#cost-model): the cost-model benchmark (~1 min),
+## The claims report (results/claims.md, benchmarks/README.md#cost-model): the cost-model benchmark (~1 min), the
+## side-by-side training-speed benchmark (~2 min),
 ## then every claim of the source papers from whatever $(OUT) holds (attack runs, training folders); nothing
 ## is trained or attacked again, a claim without its results says which command measures it.
 CLAIMS_RUNS  = $(patsubst %/records.csv.gz,%,$(wildcard $(OUT)/attack/*/*/records.csv.gz))
@@ -110,6 +111,7 @@ CLAIMS_TRAIN = $(wildcard $(OUT)/train/*)
 .PHONY: claims
 claims: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_cost_model
+	$(BIN)/python -m benchmarks.bench_tokenizer_speed
 	$(BIN)/python -m robustbench_wave.report claims $(if $(CLAIMS_RUNS),--runs $(CLAIMS_RUNS)) \
 		$(foreach d,$(CLAIMS_TRAIN),--train $(d)) --cost-model benchmarks/results/cost_model_grid.csv \
-		--out $(OUT)/claims.md
+		$(if $(CLAIMS_TRAIN),--throughput benchmarks/results/tokenizer_speed_pairs.csv) --out $(OUT)/claims.md

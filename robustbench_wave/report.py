@@ -219,7 +219,7 @@ def get_claims_parser() -> Parser:
     p = Parser(
         prog=f"python -m robustbench_wave.report {CLAIMS}",
         description="Write claims.md: every claim of the source papers with its numbers, test, command and "
-        "verdict, from saved training runs, attack runs and the cost-model CSV (nothing is re-run; a claim "
+        "verdict, from saved training runs, attack runs and the benchmarks' CSVs (nothing is re-run; a claim "
         "whose input is missing is 'inconclusive at this scale: not measured').",
     )
     p.add_argument("--runs", nargs="+", type=Path, default=[], metavar="RUN", help="attack run folders")
@@ -230,6 +230,12 @@ def get_claims_parser() -> Parser:
     p.add_argument(
         "--cost-model", type=Path, default=None, metavar="CSV", help="benchmarks/bench_cost_model.py's CSV"
     )
+    p.add_argument(
+        "--throughput", type=Path, default=None, metavar="CSV",
+        help="benchmarks/bench_tokenizer_speed.py's paired repeats (tokenizer_speed_pairs.csv): claim 1's "
+        "speed half from wavelet and patch training steps timed side by side, instead of the training runs' "
+        "own images/s (which depend on what else the machine ran); needs --train",
+    )  # fmt: skip
     p.add_argument(
         "--out", type=Path, default=Path("results/claims.md"), metavar="PATH", help="the claims file"
     )
@@ -247,7 +253,7 @@ def claims_main(argv: list[str]) -> int:
     command = " ".join(["python -m robustbench_wave.report", CLAIMS, *argv])
     try:
         out = check_report_out(args.out)
-        inputs = load_inputs(args.runs, args.train, args.cost_model, command)
+        inputs = load_inputs(args.runs, args.train, args.cost_model, command, args.throughput)
         written = write_claims(inputs, out, figures=args.figures)
     except ValueError as err:
         raise SystemExit(f"cannot write the claims report: {err}") from None

@@ -156,6 +156,71 @@ def test_claim1_verdict_over_seeds(acc, speed, expected):
     assert f.verdict == expected, f.reason
 
 
+def _speedups(values: list[float], dataset: str = "d") -> pd.DataFrame:
+    return pd.DataFrame({"dataset": dataset, "candidate": "wavelet", "baseline": "patch", "speedup": values})
+
+
+@pytest.mark.parametrize(
+    ("speedups", "expected", "words"),
+    [
+        ([1.05] * 11, cl.SUPPORTED, "faster in 11/11 interleaved repeats"),
+        ([0.95] * 11, cl.NOT_SUPPORTED, "faster in 0/11"),  # the runs' img/s said faster in every seed
+        ([1.05] * 6 + [0.95] * 5, cl.INCONCLUSIVE, "faster in 6/11"),
+    ],
+)
+def test_claim1_speed_half_comes_from_the_side_by_side_benchmark_when_given(speedups, expected, words):
+    rows = _train_rows([0.01, 0.02, 0.03], [10, 20, 5])  # more accurate and faster in every seed's run
+    (f,) = cl.tokenizer_claim(rows, speedups=_speedups(speedups))
+    assert f.verdict == expected and words in f.reason, f.reason
+    assert "side by side" in f.measured and any("bench_tokenizer_speed" in n for n in f.notes)
+
+
+def test_claim1_benchmark_of_another_data_set_leaves_the_runs_to_decide():
+    rows = _train_rows([0.01, 0.02, 0.03], [10, 20, 5])
+    (f,) = cl.tokenizer_claim(rows, speedups=_speedups([0.9] * 11, dataset="other"))
+    assert f.verdict == cl.SUPPORTED and "faster in 3/3 seeds" in f.reason
+    assert any("no repeats for this data set" in n for n in f.notes)
+
+
+def test_benchmark_speed_sign_test_by_hand():
+    # 9 of 11 repeats faster: P(X >= 9 | n = 11, 1/2) = (55 + 11 + 1) / 2048
+    direction, words, text = cl.benchmark_speed(pd.Series([1.1] * 9 + [0.9] * 2))
+    assert direction == "all" and f"p = {67 / 2048:.3g} faster" in words
+    assert "1.100 (repeats 0.900–1.100" in text
+    assert cl.benchmark_speed(pd.Series([0.9] * 9 + [1.1] * 2))[0] == "none"
+    assert cl.benchmark_speed(pd.Series([1.1] * 8 + [0.9] * 3))[0] == "mixed"  # p = 0.113
+
+
+def test_speed_benchmark_pairs_each_repeat_of_the_two_models():
+    from benchmarks.bench_tokenizer_speed import paired_rows
+
+    times = {"wavelet": [2.0, 1.0, 4.0], "patch": [1.0, 2.0, 4.0]}
+    rows = paired_rows("fashion-mnist", times, images=100)
+    assert [r["speedup"] for r in rows] == [
+        0.5,
+        2.0,
+        1.0,
+    ]  # patch seconds / wavelet seconds, repeat by repeat
+    assert [r["candidate_images_per_s"] for r in rows] == [50.0, 100.0, 25.0]
+    assert rows[0]["baseline_images_per_s"] == 100.0 and rows[0]["dataset"] == "fashion-mnist"
+
+
+def test_speed_benchmark_step_trains_the_model(monkeypatch):
+    import torch
+
+    from benchmarks import bench_tokenizer_speed as bts
+
+    built = []
+    real_build = bts.build_model
+    monkeypatch.setattr(
+        bts, "build_model", lambda name, info: built.append(real_build(name, info)) or built[-1]
+    )
+    step = bts.step_fn("wavelet", "synthetic", batch=8, steps=2)
+    before = [p.detach().clone() for p in built[0].parameters()]
+    step()  # no timing asserted: two optimiser steps on real batches change the weights
+    assert any(not torch.equal(a, b) for a, b in zip(built[0].parameters(), before))
+
+
 def test_sign_test_is_the_binomial_tail():
     assert cl.sign_test_p([1, 1, 1]) == pytest.approx(1 / 8)
     assert cl.sign_test_p([1, 1, -1, 1]) == pytest.approx(5 / 16)
@@ -296,6 +361,27 @@ def test_cli_refuses_a_bad_cost_csv_and_no_input(tmp_path):
     with pytest.raises(SystemExit, match="at least one"):
         report.main(["claims", "--out", str(tmp_path / "c.md")])
     assert not (tmp_path / "c.md").exists()
+
+
+def test_cli_throughput_csv_decides_claim1_speed_and_bad_ones_are_refused(tmp_path):
+    train, out = _write_train(tmp_path), tmp_path / "claims.md"
+    pairs = tmp_path / "pairs.csv"
+    _speedups([0.97] * 11).to_csv(pairs, index=False)
+    argv = ["claims", "--train", str(train), "--throughput", str(pairs), "--out", str(out)]
+    assert report.main(argv) == 0
+    text = out.read_text()
+    assert "| 1. wavelet trains faster, better top-1 | d |" in text and "**not supported**" in text
+    assert "python -m benchmarks.bench_tokenizer_speed  # wrote" in text
+    for content, match in (
+        ("dataset,candidate,baseline\nd,wavelet,patch\n", "missing column"),
+        ("dataset,candidate,baseline,speedup\nd,wavelet,patch,-1\n", "positive number"),
+    ):
+        pairs.write_text(content)
+        with pytest.raises(SystemExit, match=match):
+            report.main([*argv[:-2], "--out", str(tmp_path / "other.md")])
+    with pytest.raises(SystemExit, match="needs --train"):
+        report.main(["claims", "--cost-model", str(pairs), "--throughput", str(pairs), "--out", str(out)])
+    assert not (tmp_path / "other.md").exists()
 
 
 def test_spearman_handles_ties_and_constants():

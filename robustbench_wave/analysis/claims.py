@@ -140,28 +140,80 @@ def _direction(diffs: pd.Series) -> str:
     return "all" if pos == len(diffs) else ("none" if pos == 0 else "mixed")
 
 
-def tokenizer_claim(runs: pd.DataFrame, cand: str = WAVELET, base: str = PATCH) -> list[Finding]:
+def tokenizer_claim(
+    runs: pd.DataFrame,
+    cand: str = WAVELET,
+    base: str = PATCH,
+    speedups: pd.DataFrame | None = None,
+) -> list[Finding]:
     """Claim 1, per data set: ``cand`` vs ``base`` test accuracy and training throughput, paired by seed.
 
     ``runs``: one row per finished training run (dataset, model, seed, tokens, test_accuracy,
-    train_images_per_s, ...). Supported only if the candidate is better in both numbers on every one of at
-    least :data:`MIN_SEEDS` seeds (with 3 seeds the exact sign test can reach no lower p than 1/8, so
-    unanimity, not p < 0.05, is the rule); not supported when one of them is better in no seed; the seeds
-    disagreeing, or fewer than 3, is inconclusive.
+    train_images_per_s, ...). ``speedups`` (optional): the side-by-side benchmark's paired repeats (dataset,
+    candidate, baseline, speedup = baseline time / candidate time); where it has the data set and the pair,
+    the speed half is decided by it (:func:`benchmark_speed`), since a training run's images/s is only as
+    fair as the machine was quiet, else by the runs' own images/s paired by seed. Supported only if the
+    candidate is more accurate on every one of at least :data:`MIN_SEEDS` seeds (with 3 seeds the exact
+    sign test can reach no lower p than 1/8, so unanimity, not p < 0.05, is the rule) and faster; not
+    supported when it is better in neither sense in any seed (or significantly slower in the benchmark);
+    otherwise inconclusive.
     """
     out = []
     for dataset, rows in runs.groupby("dataset", sort=True):
-        table = model_table(rows)
         acc = seed_differences(rows, cand, base, "test_accuracy")
-        speed = seed_differences(rows, cand, base, "train_images_per_s")
-        measured = (
-            f"top-1 {cand} − {base} {mean_sd(acc, 100)} pts, train img/s ratio "
-            f"{mean_sd(_ratios(rows, cand, base), 1, 2)} over {len(acc)} seed(s)"
-        )
-        notes = _token_note(rows, cand, base)
-        verdict, reason = _tokenizer_verdict(acc, speed, cand, base)
-        out.append(Finding(1, str(dataset), measured, verdict, reason, table, notes))
+        bench = _benchmark_rows(speedups, str(dataset), cand, base)
+        if bench is None:
+            speed_dir, speed_words = (
+                _direction(seed_differences(rows, cand, base, "train_images_per_s")),
+                None,
+            )
+            speed_text = f"train img/s ratio {mean_sd(_ratios(rows, cand, base), 1, 2)}"
+        else:
+            speed_dir, speed_words, speed_text = benchmark_speed(bench["speedup"])
+        measured = f"top-1 {cand} − {base} {mean_sd(acc, 100)} pts over {len(acc)} seed(s), {speed_text}"
+        notes = _token_note(rows, cand, base) + _speed_note(bench is not None, speedups is not None)
+        verdict, reason = _tokenizer_verdict(acc, (speed_dir, speed_words), rows, cand, base)
+        out.append(Finding(1, str(dataset), measured, verdict, reason, model_table(rows), notes))
     return out
+
+
+def _benchmark_rows(speedups: pd.DataFrame | None, dataset: str, cand: str, base: str) -> pd.DataFrame | None:
+    if speedups is None:
+        return None
+    rows = speedups[
+        (speedups["dataset"] == dataset) & (speedups["candidate"] == cand) & (speedups["baseline"] == base)
+    ]
+    return rows if len(rows) else None
+
+
+def benchmark_speed(speedup: pd.Series) -> tuple[str, str, str]:
+    """Direction ('all' = faster, 'none' = slower, 'mixed' = no detectable difference), the verdict's words
+    and the measured text, from the interleaved benchmark's paired speed-ups: one-sided exact sign tests
+    over the repeats at :data:`ALPHA`, each way."""
+    gain = list(speedup - 1.0)
+    p_faster, p_slower = sign_test_p(gain), sign_test_p([-g for g in gain])
+    faster = sum(1 for g in gain if g > 0)
+    direction = "all" if p_faster < ALPHA else ("none" if p_slower < ALPHA else "mixed")
+    words = (
+        f"faster in {faster}/{len(gain)} interleaved repeats of the side-by-side benchmark "
+        f"(sign test p = {min(p_faster, p_slower):.3g} {'faster' if p_faster <= p_slower else 'slower'})"
+    )
+    text = (
+        f"training-step speed-up {float(np.median(speedup)):.3f} "
+        f"(repeats {float(speedup.min()):.3f}–{float(speedup.max()):.3f}, side by side)"
+    )
+    return direction, words, text
+
+
+def _speed_note(from_benchmark: bool, benchmark_given: bool) -> list[str]:
+    if from_benchmark:
+        return [
+            "speed: the side-by-side benchmark (python -m benchmarks.bench_tokenizer_speed), not the "
+            "training runs' img/s below, which are only as fair as the machine was quiet during each run"
+        ]
+    if benchmark_given:
+        return ["speed: the benchmark has no repeats for this data set; the training runs' img/s decide"]
+    return []
 
 
 def _ratios(rows: pd.DataFrame, cand: str, base: str) -> pd.Series:
@@ -178,20 +230,26 @@ def _token_note(rows: pd.DataFrame, cand: str, base: str) -> list[str]:
     return []
 
 
-def _tokenizer_verdict(acc: pd.Series, speed: pd.Series, cand: str, base: str) -> tuple[str, str]:
+def _tokenizer_verdict(
+    acc: pd.Series, speed: tuple[str, str | None], rows: pd.DataFrame, cand: str, base: str
+) -> tuple[str, str]:
+    """``speed``: its direction and, from the benchmark, its words (None: the seeds' img/s decide)."""
     if acc.empty:
         return INCONCLUSIVE, f"{cand} and {base} were not both trained on this data set with a common seed"
     if len(acc) < MIN_SEEDS:
         return INCONCLUSIVE, (
             f"{len(acc)} training seed(s) of each model, fewer than {MIN_SEEDS}: train more seeds"
         )
-    d_acc, d_speed = _direction(acc), _direction(speed)
-    words = f"{cand} more accurate in {int((acc > 0).sum())}/{len(acc)} seeds, faster in {int((speed > 0).sum())}/{len(speed)}"
+    d_acc, (d_speed, speed_words) = _direction(acc), speed
+    if speed_words is None:
+        seed_speed = seed_differences(rows, cand, base, "train_images_per_s")
+        speed_words = f"faster in {int((seed_speed > 0).sum())}/{len(seed_speed)} seeds"
+    words = f"{cand} more accurate in {int((acc > 0).sum())}/{len(acc)} seeds, {speed_words}"
     if d_acc == "all" and d_speed == "all":
-        return SUPPORTED, f"{words} (one-sided sign test p = {sign_test_p(list(acc)):.3g} each)"
+        return SUPPORTED, f"{words} (accuracy: one-sided sign test p = {sign_test_p(list(acc)):.3g})"
     if "none" in (d_acc, d_speed):
         return NOT_SUPPORTED, words
-    return INCONCLUSIVE, f"{words}: the seeds disagree"
+    return INCONCLUSIVE, f"{words}: not both hold"
 
 
 def model_table(rows: pd.DataFrame) -> pd.DataFrame:

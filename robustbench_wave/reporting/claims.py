@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 NOT_MEASURED = "not measured"
 COST_COLUMNS = ("T", "H", "predicted_macs", "seconds_per_step")
 COST_CSV = "benchmarks/results/cost_model_grid.csv"
+SPEED_COLUMNS = ("dataset", "candidate", "baseline", "speedup")
+SPEED_BENCH = "python -m benchmarks.bench_tokenizer_speed"
+SPEED_CSV = "benchmarks/results/tokenizer_speed_pairs.csv"
 TITLES = {
     1: "The wavelet tokenizer trains faster and reaches better top-1 than the patch tokenizer at the same token count",
     2: "The cost model: shrinking the token width H pays more than shrinking the token count T when T < H",
@@ -60,7 +63,8 @@ SOURCES = {
 MEASURE = {
     1: (
         "python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed 0 1 2",
-        " (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>",
+        " (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>"
+        f" (and {SPEED_BENCH}, then --throughput {SPEED_CSV}, for the speed half)",
     ),
     2: ("python -m benchmarks.bench_cost_model", f", then pass --cost-model {COST_CSV}"),
     3: ("make headline", " (Fashion-MNIST; or make cifar10), then pass --runs results/attack/<slug>/<run>"),
@@ -75,9 +79,12 @@ MEASURE = {
     ),
 }
 RULES = {
-    1: f"Paired by training seed. Supported only if the wavelet model is more accurate *and* faster in every "
-    f"one of at least {cl.MIN_SEEDS} seeds (with 3 seeds an exact sign test cannot go below p = 1/8, so "
-    "unanimity is the rule); not supported if it is better in no seed on either number; otherwise inconclusive.",
+    1: f"Accuracy paired by training seed: more accurate in every one of at least {cl.MIN_SEEDS} seeds (with 3 "
+    "seeds an exact sign test cannot go below p = 1/8, so unanimity is the rule). Speed: with --throughput, "
+    f"a one-sided exact sign test (p < {cl.ALPHA}) over the repeats of training steps timed side by side "
+    "(benchmarks/bench_tokenizer_speed.py), else faster in every seed's training run. Supported only if both "
+    "hold; not supported if the wavelet model is more accurate in no seed, or slower (in no seed faster, or "
+    "significantly slower side by side); otherwise inconclusive.",
     2: f"(a) Spearman ρ of predicted MACs and measured step time ≥ {cl.RANK_RHO}. (b) At every grid point with "
     "T < H whose halvings were measured, the measured time ratio of halving H is below that of halving T by "
     f"more than {cl.RATIO_TOL} (ratios are medians of interleaved repeats, measured side by side).",
@@ -106,6 +113,8 @@ class ClaimInputs:
     train_dirs: list[Path] = field(default_factory=list)
     cost: pd.DataFrame | None = None
     cost_path: Path | None = None
+    speedups: pd.DataFrame | None = None
+    speedups_path: Path | None = None
     command: str = ""
 
 
@@ -167,29 +176,53 @@ def train_command(config: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def read_cost_model(path: Path) -> pd.DataFrame:
-    """The cost-model CSV (columns :data:`COST_COLUMNS`, positive numbers); one-line ValueError else."""
+def _read_bench_csv(path: Path, flag: str, columns: Sequence[str], measure: str) -> pd.DataFrame:
+    """A benchmark CSV with ``columns``; a one-line ValueError naming ``flag`` and ``measure`` else."""
     if not path.is_file():
-        raise ValueError(f"--cost-model {path}: no such file; run python -m benchmarks.bench_cost_model")
+        raise ValueError(f"{flag} {path}: no such file; run {measure}")
     try:
         df = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"--cost-model {path}: cannot be read ({' '.join(str(err).split())})") from None
-    missing = [c for c in COST_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"--cost-model {path}: missing column(s) {missing}; need {list(COST_COLUMNS)}")
-    values = df[list(COST_COLUMNS)].apply(pd.to_numeric, errors="coerce")
-    if values.isna().any().any() or (values <= 0).any().any() or df.empty:
-        raise ValueError(f"--cost-model {path}: every {list(COST_COLUMNS)} value must be a positive number")
-    return values.astype({"T": int, "H": int})
+        raise ValueError(f"{flag} {path}: cannot be read ({' '.join(str(err).split())})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing or df.empty:
+        raise ValueError(f"{flag} {path}: missing column(s) {missing} or no rows; need {list(columns)}")
+    return df
+
+
+def _positive(df: pd.DataFrame, columns: Sequence[str], flag: str, path: Path) -> pd.DataFrame:
+    values = df[list(columns)].apply(pd.to_numeric, errors="coerce")
+    if values.isna().any().any() or (values <= 0).any().any():
+        raise ValueError(f"{flag} {path}: every {list(columns)} value must be a positive number")
+    return values
+
+
+def read_cost_model(path: Path) -> pd.DataFrame:
+    """The cost-model CSV (columns :data:`COST_COLUMNS`, positive numbers); one-line ValueError else."""
+    df = _read_bench_csv(path, "--cost-model", COST_COLUMNS, MEASURE[2][0])
+    return _positive(df, COST_COLUMNS, "--cost-model", path).astype({"T": int, "H": int})
+
+
+def read_speedups(path: Path) -> pd.DataFrame:
+    """The side-by-side training-speed benchmark's paired repeats (columns :data:`SPEED_COLUMNS`, positive
+    speed-ups); one-line ValueError else."""
+    df = _read_bench_csv(path, "--throughput", SPEED_COLUMNS, SPEED_BENCH)
+    speedup = _positive(df, ["speedup"], "--throughput", path)["speedup"]
+    return df[["dataset", "candidate", "baseline"]].astype(str).assign(speedup=speedup.astype(float))
 
 
 def load_inputs(
-    runs: Sequence[Path], train: Sequence[Path], cost: Path | None, command: str = ""
+    runs: Sequence[Path],
+    train: Sequence[Path],
+    cost: Path | None,
+    command: str = "",
+    throughput: Path | None = None,
 ) -> ClaimInputs:
     """Read and check every input (ValueError, one line, naming it) before anything is written."""
     if not runs and not train and cost is None:
         raise ValueError("give at least one of --runs, --train, --cost-model")
+    if throughput is not None and not train:
+        raise ValueError("--throughput decides claim 1's speed half, which also needs --train")
     folders = [load_run(r) for r in runs]
     rows = [row for d in train for row in read_train_folder(Path(d))]
     return ClaimInputs(
@@ -198,6 +231,8 @@ def load_inputs(
         train_dirs=[Path(d) for d in train],
         cost=read_cost_model(cost) if cost is not None else None,
         cost_path=cost,
+        speedups=read_speedups(throughput) if throughput is not None else None,
+        speedups_path=throughput,
         command=command,
     )
 
@@ -248,7 +283,11 @@ def all_findings(inputs: ClaimInputs) -> dict[int, list[cl.Finding]]:
     train = inputs.train
     out: dict[int, list[cl.Finding]] = {k: [] for k in TITLES}
     if not train.empty:
-        out[1] = _with_train_commands(cl.tokenizer_claim(train[train["pool_method"].isna()]), train)
+        unpooled = train[train["pool_method"].isna()]
+        out[1] = _with_train_commands(cl.tokenizer_claim(unpooled, speedups=inputs.speedups), train)
+        if inputs.speedups is not None:
+            for f in out[1]:
+                f.commands.append(f"{SPEED_BENCH}  # wrote {inputs.speedups_path}")
         out[4] = _with_train_commands(cl.tokenpool_claim(train), train)
     if inputs.cost is not None:
         out[2] = cl.cost_model_claim(inputs.cost)
