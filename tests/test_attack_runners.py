@@ -342,3 +342,33 @@ def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> 
         assert all(torch.equal(model(x[i : i + 1]), batched[i : i + 1]) for i in range(5))
         assert all(torch.equal(model(x[i : i + 2]), batched[i : i + 2]) for i in range(4))
         assert torch.equal(model(x[1:4]), batched[1:4])
+
+
+class _ChannelsLast(nn.Module):
+    """A colour front-end's layout change (like YCbCr on a channels-last tensor): its input gradient is strided."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.permute(0, 2, 3, 1)).mean((1, 2))
+
+
+def test_a_strided_input_gradient_reaches_the_attack_contiguous_with_the_same_values() -> None:
+    """torchattacks' PGD-L2 calls ``grad.view``: on a permuting model it raised (CIFAR-10 headline run)."""
+    import torchattacks
+
+    torch.manual_seed(0)
+    bare = _ChannelsLast().eval()
+    x, y = torch.rand(5, 3, 8, 8), torch.randint(0, 4, (5,))
+
+    def grad(model: nn.Module) -> torch.Tensor:
+        xr = x.clone().requires_grad_(True)
+        return torch.autograd.grad(nn.functional.cross_entropy(model(xr), y), xr)[0]
+
+    plain, safe = grad(bare), grad(GradSafe(bare))
+    assert not plain.is_contiguous() and safe.is_contiguous()
+    assert torch.equal(safe, plain)
+    adv = torchattacks.PGDL2(GradSafe(bare), eps=0.5, alpha=0.1, steps=2)(x, y)
+    assert (adv - x).flatten(1).norm(dim=1).max() <= 0.5 + 1e-5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +56,18 @@ def model_device(model: nn.Module) -> torch.device:
 MIN_ROWS = 4
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward hands on a contiguous gradient (same values, row-major strides)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
 class GradSafe(nn.Module):
     """Adds ``0 * sum(x)`` to the logits so a blocked front-end gives a *zero* input gradient, not an error.
 
@@ -75,6 +88,10 @@ class GradSafe(nn.Module):
         # up to 2 rows) than larger ones, so a point's logits would differ in the last bits from the same point
         # inside a batch; padding with copies keeps records independent of how points are batched (batch size,
         # shards, points left to attack).
+        # A front-end that permutes channels (YCbCr, channels-last layers) gives a strided input gradient,
+        # and torchattacks' PGD-L2 calls .view on it; the gradient is made contiguous, its values untouched.
+        if torch.is_grad_enabled() and x.requires_grad:
+            x = _ContiguousGrad.apply(x)
         n = x.shape[0]
         logits = self.model(x[torch.arange(MIN_ROWS) % n])[:n] if 0 < n < MIN_ROWS else self.model(x)
         if torch.is_grad_enabled() and x.requires_grad:
