@@ -20,17 +20,18 @@ Run alone: ``python -m benchmarks.bench_tokenizer_speed [--quick]``.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.harness import Row, interleaved, ratio_rows, run_script
 from robustbench_wave.data import dataset_info, load_split
+from robustbench_wave.io import atomic_write_text
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.training.engine import Recipe, build_optimizer
 
@@ -99,15 +100,9 @@ def paired_rows(dataset: str, times: dict[str, list[float]], images: int) -> lis
 
 
 def write_pairs(rows: list[dict], path: Path) -> Path:
-    """The paired repeats as CSV, written atomically (a temporary file, then rename)."""
+    """The paired repeats as CSV (atomically: the package's write-then-rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(PAIRS_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, pd.DataFrame(rows, columns=list(PAIRS_COLUMNS)).to_csv(index=False))
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
