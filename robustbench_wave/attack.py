@@ -54,7 +54,7 @@ from torch import nn
 
 from robustbench_wave import runfolder
 from robustbench_wave.attacks import BACKENDS, Suite, list_suites, load_suite
-from robustbench_wave.cli import Parser, non_negative_int, positive_int
+from robustbench_wave.cli import Parser, command_line, non_negative_int, positive_int
 from robustbench_wave.data import DatasetInfo, describe_datasets, load_split, to_float
 from robustbench_wave.distributed import (
     DEVICE_CHOICES,
@@ -807,6 +807,7 @@ class Job:
     surrogate: Loaded | None
     config: dict[str, Any]
     run_dir: Path
+    command: str  # the invocation, recorded with the run (cli.command_line)
 
 
 def _check_flags(args: argparse.Namespace, settings: RunSettings) -> tuple[Suite, list[str]]:
@@ -881,7 +882,7 @@ def _run_dir(args: argparse.Namespace, name: str, info: DatasetInfo) -> Path:
         raise SystemExit(str(err)) from None
 
 
-def _prepare(args: argparse.Namespace) -> Job:
+def _prepare(args: argparse.Namespace, command: str) -> Job:
     """Validate every input and load the test images and the models; nothing is written here, and bad input
     ends with one clear line."""
     settings = _settings(args)
@@ -897,7 +898,7 @@ def _prepare(args: argparse.Namespace) -> Job:
         list(models), suite.name, len(data[1]), settings.seed, settings.train_seed
     )
     run_dir = _run_dir(args, name, data[2])
-    return Job(args, settings, suite, modes, data, models, surrogate, config, run_dir)
+    return Job(args, settings, suite, modes, data, models, surrogate, config, run_dir, command)
 
 
 def _choose_shard(args: argparse.Namespace, ctx: DistContext) -> Shard:
@@ -955,7 +956,7 @@ def run_data_sha256(data: tuple[torch.Tensor, torch.Tensor, DatasetInfo]) -> str
 
 def _write_run(job: Job, merged: EvaluationResult) -> None:
     """records.csv.gz, meta.json and the tables of the whole run, printed; the report comes after."""
-    merged.meta["run"] = {"run_dir": str(job.run_dir), "command": " ".join(sys.argv), "config": job.config}
+    merged.meta["run"] = {"run_dir": str(job.run_dir), "command": job.command, "config": job.config}
     paths = merged.save(job.run_dir)
     paths |= tables.write_tables(merged.records, job.run_dir, meta=merged.meta)
     _print_results(merged, job.run_dir, paths)
@@ -1011,7 +1012,7 @@ def _run_shard_job(job: Job, shard: Shard, ctx: DistContext) -> None:
     folder = shard_dir(job.run_dir, shard)
     result = _evaluate_shard(job, shard, ctx)
     a = job.args
-    result.meta["run"] = {"run_dir": str(job.run_dir), "command": " ".join(sys.argv), "config": job.config}
+    result.meta["run"] = {"run_dir": str(job.run_dir), "command": job.command, "config": job.config}
     result.meta["shard"] = {
         **shard.to_dict(),
         "example_ids": shard.positions(torch.arange(len(job.data[1])), job.suite.rng_block).tolist(),
@@ -1078,7 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
     Started by torchrun, every rank evaluates its shard of the examples and rank 0 writes the run; the other
     ranks wait at a barrier and return 0.
     """
-    args = get_args_parser().parse_args(argv)
+    raw_argv = sys.argv[1:] if argv is None else list(argv)
+    args = get_args_parser().parse_args(raw_argv)
     try:
         ctx = init_distributed(args.device, timeout_s=COLLECTIVE_TIMEOUT_S)
     except ValueError as err:
@@ -1088,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads > 0:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = _choose_shard(args, ctx)
-        job = _prepare(args)
+        job = _prepare(args, command_line("robustbench_wave.attack", raw_argv))
         _check_shards(
             job, [Shard(i, shard.count) for i in range(shard.count)] if ctx.distributed else [shard]
         )

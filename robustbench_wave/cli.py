@@ -7,6 +7,9 @@ Only the command lines (``train``, ``attack``, ``report``) import this module.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 #: The word that means "no limit" for count options such as ``--test-subset``.
@@ -81,3 +84,20 @@ def positive_float(text: str) -> float:
     if not value > 0.0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
     return value
+
+
+def command_line(module: str, argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """The invocation as a user would type it again, recorded with a run: ``python -m MODULE ARGS``, behind
+    ``torchrun`` with the same ranks per node (and nodes) when torchrun started it.
+
+    ``sys.argv[0]`` is the module's file path under both ``python -m`` and torchrun, which reruns nothing.
+    """
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        launcher = ["python"]
+    else:
+        per_node = int(env.get("LOCAL_WORLD_SIZE", str(world)) or world)
+        nodes = max(1, world // max(1, per_node))
+        launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={per_node}"]
+    return shlex.join([*launcher, "-m", module, *argv])

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.cli import Parser, positive_int
+from robustbench_wave.cli import Parser, command_line, positive_int
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
 from robustbench_wave.evaluation.result import EvaluationResult
@@ -140,11 +140,13 @@ def _discard_other_configuration(run_dir: Path, config: dict[str, Any]) -> None:
         )
 
 
-def _write_merged(run_dir: Path, merged: EvaluationResult, folders: list[ShardFolder], quiet: bool) -> None:
+def _write_merged(
+    run_dir: Path, merged: EvaluationResult, folders: list[ShardFolder], quiet: bool, command: str
+) -> None:
     """Records, meta.json, then config.json (all validated before), then the tables."""
     config = folders[0].config
     _discard_other_configuration(run_dir, config)
-    merged.meta["run"] = {"run_dir": str(run_dir), "command": " ".join(sys.argv), "config": config}
+    merged.meta["run"] = {"run_dir": str(run_dir), "command": command, "config": config}
     paths = merged.save(run_dir)
     atomic_write_json(run_dir / rec.CONFIG_FILE, config)
     paths |= write_tables(merged.records, run_dir, meta=merged.meta)
@@ -180,7 +182,13 @@ def merge_main(argv: list[str]) -> int:
         info = folders[0].info
         options = attack.FinalizeOptions.from_dict(info.get("finalize", {}))
         with RunLock(args.run_dir, hint=BUSY_HINT):
-            _write_merged(args.run_dir, merged, folders, args.quiet)
+            _write_merged(
+                args.run_dir,
+                merged,
+                folders,
+                args.quiet,
+                command_line("robustbench_wave.report", [MERGE, *argv]),
+            )
             _finalize_merged(args, folders[0].config, info, options)
     except ValueError as err:
         raise SystemExit(f"cannot merge {args.run_dir}: {err}") from None

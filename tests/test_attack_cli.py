@@ -4,6 +4,7 @@ guard, --help."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pandas as pd
 import pytest
@@ -11,6 +12,7 @@ import torch
 from torch import nn
 
 from robustbench_wave import attack
+from robustbench_wave.cli import command_line
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.training import checkpoint
 
@@ -59,7 +61,10 @@ def _args(tmp_path, *extra: str) -> list[str]:
     ]
 
 
-def test_cli_writes_a_run_folder_and_resumes(tmp_path, capsys, fake_checkpoints: list[str]) -> None:
+def test_cli_writes_a_run_folder_and_resumes(
+    tmp_path, capsys, monkeypatch, fake_checkpoints: list[str]
+) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert attack.main(_args(tmp_path, "--surrogate", "tiny2")) == 0
     out = capsys.readouterr().out
     assert "tiny/exact" in out and "worst-case" in out
@@ -88,6 +93,13 @@ def test_cli_writes_a_run_folder_and_resumes(tmp_path, capsys, fake_checkpoints:
     assert meta["models"]["tiny"]["checkpoint_sha256"] == "sha-tiny"
     assert meta["models"]["tiny"]["surrogate"]["name"] == "tiny2"
     assert meta["run"]["config"]["n_examples"] == 10
+    # the command that reruns it, not the module's file path that sys.argv[0] holds under python -m
+    assert shlex.split(meta["run"]["command"]) == [
+        "python",
+        "-m",
+        "robustbench_wave.attack",
+        *_args(tmp_path, "--surrogate", "tiny2"),
+    ]
     # a second identical invocation resumes every chunk and reproduces the records (batch size may differ)
     assert attack.main(_args(tmp_path, "--surrogate", "tiny2", "--batch-size", "7")) == 0
     again, meta2 = read_run(run_dir)
@@ -169,3 +181,19 @@ def test_compile_mode_is_part_of_the_run_only_when_on(monkeypatch: pytest.Monkey
     assert compiled.to_config(suite, {})["compile"] == "default"
     monkeypatch.setenv("RBW_COMPILE", "max-autotune")
     assert attack.get_args_parser().parse_args(["--model", "patch"]).compile == "max-autotune"
+
+
+@pytest.mark.parametrize(
+    ("environ", "launcher"),
+    [
+        ({}, ["python"]),
+        ({"WORLD_SIZE": "1"}, ["python"]),
+        ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}, ["torchrun", "--nproc_per_node=2"]),
+        ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes=2", "--nproc_per_node=4"]),
+    ],
+)
+def test_the_recorded_command_reruns_the_invocation(environ: dict[str, str], launcher: list[str]) -> None:
+    argv = ["--model", "patch", "--dataset", "imagefolder:my data/cifar.zip", "--eps", "8/255"]
+    line = command_line("robustbench_wave.attack", argv, environ)
+    # quoted so that a shell gives back the same arguments (the path with a space stays one argument)
+    assert shlex.split(line) == [*launcher, "-m", "robustbench_wave.attack", *argv]
