@@ -1090,7 +1090,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads > 0:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = _choose_shard(args, ctx)
-        job = _prepare(args, command_line("robustbench_wave.attack", raw_argv))
+        job = _prepare(
+            args, command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
+        )
         _check_shards(
             job, [Shard(i, shard.count) for i in range(shard.count)] if ctx.distributed else [shard]
         )

@@ -7,9 +7,8 @@ Only the command lines (``train``, ``attack``, ``report``) import this module.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
 #: The word that means "no limit" for count options such as ``--test-subset``.
@@ -86,18 +85,18 @@ def positive_float(text: str) -> float:
     return value
 
 
-def command_line(module: str, argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+def command_line(module: str, argv: Sequence[str], world_size: int = 1, local_world_size: int = 1) -> str:
     """The invocation as a user would type it again, recorded with a run: ``python -m MODULE ARGS``, behind
-    ``torchrun`` with the same ranks per node (and nodes) when torchrun started it.
+    ``torchrun`` with the same ranks per node (and nodes) when it ran on several (a ``DistContext``'s sizes).
 
     ``sys.argv[0]`` is the module's file path under both ``python -m`` and torchrun, which reruns nothing.
     """
-    env = os.environ if environ is None else environ
-    world = int(env.get("WORLD_SIZE", "1") or 1)
-    if world <= 1:
-        launcher = ["python"]
-    else:
-        per_node = int(env.get("LOCAL_WORLD_SIZE", str(world)) or world)
-        nodes = max(1, world // max(1, per_node))
-        launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={per_node}"]
+    launcher = ["python"]
+    if world_size > 1:
+        nodes = max(1, world_size // max(1, local_world_size))
+        launcher = [
+            "torchrun",
+            *([f"--nnodes={nodes}"] if nodes > 1 else []),
+            f"--nproc_per_node={local_world_size}",
+        ]
     return shlex.join([*launcher, "-m", module, *argv])

@@ -184,16 +184,16 @@ def test_compile_mode_is_part_of_the_run_only_when_on(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize(
-    ("environ", "launcher"),
+    ("sizes", "launcher"),
     [
         ({}, ["python"]),
-        ({"WORLD_SIZE": "1"}, ["python"]),
-        ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}, ["torchrun", "--nproc_per_node=2"]),
-        ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes=2", "--nproc_per_node=4"]),
+        ({"world_size": 1, "local_world_size": 1}, ["python"]),
+        ({"world_size": 2, "local_world_size": 2}, ["torchrun", "--nproc_per_node=2"]),
+        ({"world_size": 8, "local_world_size": 4}, ["torchrun", "--nnodes=2", "--nproc_per_node=4"]),
     ],
 )
-def test_the_recorded_command_reruns_the_invocation(environ: dict[str, str], launcher: list[str]) -> None:
+def test_the_recorded_command_reruns_the_invocation(sizes: dict[str, int], launcher: list[str]) -> None:
     argv = ["--model", "patch", "--dataset", "imagefolder:my data/cifar.zip", "--eps", "8/255"]
-    line = command_line("robustbench_wave.attack", argv, environ)
+    line = command_line("robustbench_wave.attack", argv, **sizes)
     # quoted so that a shell gives back the same arguments (the path with a space stays one argument)
     assert shlex.split(line) == [*launcher, "-m", "robustbench_wave.attack", *argv]
