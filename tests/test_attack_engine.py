@@ -254,8 +254,8 @@ def test_killed_runs_resume_from_saved_chunks(tmp_path) -> None:
 
 
 def test_budget_violations_stop_the_run_naming_the_attack(monkeypatch: pytest.MonkeyPatch) -> None:
-    def rogue(model, x, y, ids, eps, entry, ctx):  # type: ignore[no-untyped-def]
-        return RunOutput((x + 2 * eps).clamp(0, 1))
+    def rogue(request):  # type: ignore[no-untyped-def]
+        return RunOutput((request.images + 2 * request.eps).clamp(0, 1))
 
     engine = evaluator
     registered = engine.get_runner
@@ -304,7 +304,7 @@ def test_every_break_counts_whichever_back_end_found_it(monkeypatch: pytest.Monk
     works: the worst case is the union, so the cross-check's breaks alone make it; the table says who found
     them; and a point broken by the cross-check at one eps is not attacked again at a larger one."""
     registered = evaluator.get_runner
-    blind = RunnerSpec("pgd", "builtin", lambda model, x, *rest: RunOutput(x.clone()), True)
+    blind = RunnerSpec("pgd", "builtin", lambda request: RunOutput(request.images.clone()), True)
 
     def get_runner(family: str, backend: str) -> RunnerSpec:
         return blind if (family, backend) == ("pgd", "builtin") else registered(family, backend)

@@ -83,7 +83,7 @@ def test_every_attack_respects_its_budget(family: str, backend: str, threat: str
         ctx = RunContext(seed=0, surrogate=GradSafe(teacher()), block_seed=1)
         for eps in BUDGETS[threat]:
             with seeded(0):
-                x_adv = runner.fn(GradSafe(model), x, y, torch.arange(12), eps, entry, ctx).x_adv
+                x_adv = runner.fn(entry.request(GradSafe(model), x, y, torch.arange(12), eps, ctx)).x_adv
             # an independent measure of the threat model (not budget.perturbation_norm)
             d = (x_adv - x).flatten(1)
             if threat == "Linf":

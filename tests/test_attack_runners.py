@@ -192,7 +192,7 @@ def _robust_acc(
     with attack_mode(model), seeded(0):
         x_adv = (
             get_runner(family, backend)
-            .fn(GradSafe(model), x, y, torch.arange(len(x)), eps, entry, RunContext())
+            .fn(entry.request(GradSafe(model), x, y, torch.arange(len(x)), eps, RunContext()))
             .x_adv
         )
         with torch.no_grad():
@@ -209,7 +209,7 @@ def test_fgsm_backends_return_the_same_points() -> None:
         with attack_mode(model):
             outs[backend] = (
                 get_runner("fgsm", backend)
-                .fn(GradSafe(model), x, y, torch.arange(32), 0.05, entry, RunContext())
+                .fn(entry.request(GradSafe(model), x, y, torch.arange(32), 0.05, RunContext()))
                 .x_adv
             )
     torch.testing.assert_close(outs["torchattacks"], outs["builtin"], atol=1e-6, rtol=0)
@@ -297,7 +297,7 @@ def test_with_a_blocked_gradient_one_step_equals_many(family: str, backend: str,
             with seeded(7):
                 outs.append(
                     get_runner(family, backend)
-                    .fn(GradSafe(model), x, y, torch.arange(16), eps, entry, RunContext(block_seed=7))
+                    .fn(entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(block_seed=7)))
                     .x_adv
                 )
     assert torch.equal(outs[0], outs[1])
@@ -324,7 +324,7 @@ def test_square_small_eps_budget_is_an_explicit_protocol_choice(monkeypatch):
     reduced = _entry("square", "Linf", n_queries=300, small_eps_below=0.05, small_eps_queries=20)
     for entry in (default, reduced):
         for eps in (0.01, 0.05, 0.1):
-            runner(model, x, y, torch.arange(len(x)), eps, entry, RunContext())
+            runner(entry.request(model, x, y, torch.arange(len(x)), eps, RunContext()))
     assert seen == [(0.01, 300), (0.05, 300), (0.1, 300), (0.01, 20), (0.05, 300), (0.1, 300)]
 
 

@@ -62,8 +62,9 @@ def test_targeted_members_aim_at_the_classes_the_data_has() -> None:
     ).attacks[1]
     model = patch_model(n_classes=3)
     x = toy_data(4)
-    assert target_count(entry, model, x, RunContext()) == 2  # 9 asked, the logits have 3 classes
-    assert target_count(entry, model, x, RunContext(num_classes=10)) == 9  # the data set's count wins
+    y, ids = torch.zeros(4, dtype=torch.long), torch.arange(4)
+    assert target_count(entry.request(model, x, y, ids, 0.1, RunContext())) == 2  # 9 asked, 3 logits
+    assert target_count(entry.request(model, x, y, ids, 0.1, RunContext(num_classes=10))) == 9  # data's count
     # with 3 classes the targeted DLR denominator is z_pi1 - z_pi3; with 4+ it is torchattacks' own
     atk = _apgdt_class()(model, n_classes=3)
     z3 = torch.tensor([[3.0, 1.0, 2.0]])
@@ -87,7 +88,8 @@ def test_targeted_members_break_points_of_a_ten_class_model_within_budget() -> N
             raw = {"name": "t", "family": family, "threat": "Linf", "steps": 20}
             entry = parse_suite({"eps": {"default": {"Linf": [eps]}}, "attack": [raw]}).attacks[1]
             run = get_runner(family, "torchattacks").fn
-            x_adv = run(GradSafe(model), x, y, torch.arange(16), eps, entry, RunContext(block_seed=3)).x_adv
+            request = entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(block_seed=3))
+            x_adv = run(request).x_adv
             assert (x_adv - x).abs().amax() <= eps + 1e-6 and x_adv.min() >= 0 and x_adv.max() <= 1
             with torch.no_grad():
                 assert (model(x_adv).argmax(1) != y).sum() > (model(x).argmax(1) != y).sum()

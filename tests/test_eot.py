@@ -130,9 +130,10 @@ class _OriginalLowFreq(LowFreqPGD):
     _restart = _OriginalPGD._restart
 
 
-def _original_fgsm(model, x, y, ids, eps, entry, ctx):  # type: ignore[no-untyped-def]
+def _original_fgsm(request):  # type: ignore[no-untyped-def]
     from robustbench_wave.attacks import RunOutput
 
+    model, x, y, eps = request.model, request.images, request.labels, request.eps
     xr = x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         loss = F.cross_entropy(model(xr), y, reduction="sum")
@@ -198,7 +199,7 @@ def test_backends_refuse_eot_settings_their_library_lacks() -> None:
     model = patch_model()
     x = toy_data(4)
     with pytest.raises(ValueError, match="no L2 PGD with EOT"):
-        spec.fn(GradSafe(model), x, labelled(model, x), torch.arange(4), 0.5, entry, RunContext())
+        spec.fn(entry.request(GradSafe(model), x, labelled(model, x), torch.arange(4), 0.5, RunContext()))
 
 
 def test_eot_iter_must_be_positive() -> None:

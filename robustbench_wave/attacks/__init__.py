@@ -2,8 +2,9 @@
 
 Import from here (``from robustbench_wave.attacks import evaluate-facing names``), not from the modules:
 
-* :mod:`.registry` -- families (kind, threats, hyper-parameters) and their registered implementations
-  (``@register_attack``; :func:`list_attacks`, :func:`family_spec`, :func:`get_runner`);
+* :mod:`.registry` -- families (kind, threats, hyper-parameters) and their registered implementations,
+  each ``fn(AttackRequest) -> RunOutput`` (``@register_attack``; :func:`list_attacks`, :func:`family_spec`,
+  :func:`get_runner`);
 * :mod:`.suite` -- the ``attacks/*.toml`` schema, validated against the registry;
 * :mod:`.budget` -- the audit every returned point passes before it counts;
 * :mod:`.seeding` -- the one seeding rule and random-start distribution;
@@ -55,6 +56,7 @@ from robustbench_wave.attacks.registry import (
     CORRUPTION_SEVERITIES,
     AttackFamily,
     AttackKind,
+    AttackRequest,
     Param,
     Rejects,
     RunContext,
@@ -90,6 +92,7 @@ __all__ = [
     "AttackEntry",
     "AttackFamily",
     "AttackKind",
+    "AttackRequest",
     "BudgetViolation",
     "GradSafe",
     "LowFreqPGD",

@@ -34,15 +34,15 @@ from robustbench_wave.attacks.registry import (
     CLEAN,
     NO_THREAT,
     AttackKind,
+    AttackRequest,
     Param,
-    RunContext,
     RunOutput,
     Threat,
     register_attack,
     register_family,
 )
 from robustbench_wave.attacks.seeding import example_generators, per_example
-from robustbench_wave.attacks.suite import NOISE_THREAT, AttackEntry
+from robustbench_wave.attacks.suite import NOISE_THREAT
 
 PGD_PARAMS = {
     "steps": Param(int, 20, minimum=1),
@@ -103,94 +103,65 @@ register_family(
 )
 
 
-def _pgd_settings(entry: AttackEntry, eps: float, ctx: RunContext) -> dict[str, Any]:
-    """The engine's settings from a PGD-family suite entry; the entry's name seeds its random starts.
+def _pgd_settings(request: AttackRequest) -> dict[str, Any]:
+    """The engine's settings from a PGD-family request; the entry's name seeds its random starts.
 
     (``transfer`` has neither ``loss`` nor ``eot_iter``: it runs the engine's defaults.)
     """
-    p = entry.params
+    p, eps = request.params, request.eps
     return {
         "loss": p.get("loss", "ce"),
         "eot_iter": p.get("eot_iter", 1),
         "eps": eps,
-        "norm": entry.threat,
+        "norm": request.threat,
         "steps": p["steps"],
         "step_size": step_size(p, eps),
         "restarts": p["restarts"],
         "random_start": p["random_start"],
-        "seed": ctx.seed,
-        "stream": entry.name,
+        "seed": request.context.seed,
+        "stream": request.name,
     }
 
 
 @register_attack("pgd", backend="builtin", per_example_rng=True)
-def builtin_pgd(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
-    x_adv, correct_last, _ = PGD(**_pgd_settings(entry, eps, ctx)).run(model, x, y, ids)
+def builtin_pgd(request: AttackRequest) -> RunOutput:
+    r = request
+    x_adv, correct_last, _ = PGD(**_pgd_settings(r)).run(r.model, r.images, r.labels, r.ids)
     return RunOutput(x_adv, correct_last)
 
 
 @register_attack("transfer", backend="builtin", per_example_rng=True)
-def builtin_transfer(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
-    if ctx.surrogate is None:
+def builtin_transfer(request: AttackRequest) -> RunOutput:
+    r = request
+    if r.context.surrogate is None:
         raise ValueError(
-            f"attack {entry.name!r} (transfer) needs a surrogate model: pass surrogate=... / --surrogate"
+            f"attack {r.name!r} (transfer) needs a surrogate model: pass surrogate=... / --surrogate"
         )
-    x_adv, _, _ = PGD(**_pgd_settings(entry, eps, ctx)).run(ctx.surrogate, x, y, ids)
+    x_adv, _, _ = PGD(**_pgd_settings(r)).run(r.context.surrogate, r.images, r.labels, r.ids)
     return RunOutput(x_adv)
 
 
 @register_attack(LOWFREQ_FAMILY, backend="builtin", per_example_rng=True)
-def builtin_lowfreq_pgd(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
-    p = entry.params
+def builtin_lowfreq_pgd(request: AttackRequest) -> RunOutput:
+    r = request
     attack = LowFreqPGD(
-        **_pgd_settings(entry, eps, ctx),
-        level=resolve_level(model, p["level"]),
-        basis=p["basis"],
-        wavelet=model_wavelet(model),
+        **_pgd_settings(r),
+        level=resolve_level(r.model, r.params["level"]),
+        basis=r.params["basis"],
+        wavelet=model_wavelet(r.model),
     )
-    x_adv, correct_last, _ = attack.run(model, x, y, ids)
+    x_adv, correct_last, _ = attack.run(r.model, r.images, r.labels, r.ids)
     return RunOutput(x_adv, correct_last)
 
 
 @register_attack("fgsm", backend="builtin", per_example_rng=True)
-def builtin_fgsm(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def builtin_fgsm(request: AttackRequest) -> RunOutput:
+    x, y = request.images, request.labels
     xr = x.detach().clone().requires_grad_(True)
-    grad = _ce_grad(model, xr, y)
-    for _ in range(entry.params.get("eot_iter", 1) - 1):  # EOT: the sign of the summed (= mean) gradient
-        grad = grad + _ce_grad(model, xr, y)
-    return RunOutput((x + eps * grad.sign()).clamp(0.0, 1.0).detach())
+    grad = _ce_grad(request.model, xr, y)
+    for _ in range(request.params.get("eot_iter", 1) - 1):  # EOT: the sign of the summed (= mean) gradient
+        grad = grad + _ce_grad(request.model, xr, y)
+    return RunOutput((x + request.eps * grad.sign()).clamp(0.0, 1.0).detach())
 
 
 def _ce_grad(model: nn.Module, xr: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -246,21 +217,14 @@ def noise_sample(distribution: str, x: torch.Tensor, eps: float, gens: list[torc
 
 
 @register_attack("noise", backend="builtin", per_example_rng=True)
-def builtin_noise(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
-    best = BestIterate(x)
-    idx = torch.arange(x.shape[0], device=x.device)
-    for d in range(entry.params["draws"]):
-        gens = example_generators(ctx.seed, entry.name, ids, d)
-        x_new = noise_sample(entry.params["distribution"], x, eps, gens)
+def builtin_noise(request: AttackRequest) -> RunOutput:
+    r = request
+    best = BestIterate(r.images)
+    idx = torch.arange(r.images.shape[0], device=r.images.device)
+    for d in range(r.params["draws"]):
+        gens = example_generators(r.context.seed, r.name, r.ids, d)
+        x_new = noise_sample(r.params["distribution"], r.images, r.eps, gens)
         with torch.inference_mode():
-            loss, wrong = loss_and_wrong(model, x_new, y)
+            loss, wrong = loss_and_wrong(r.model, x_new, r.labels)
         best.update(idx, x_new, loss, wrong)
     return RunOutput(best.x)

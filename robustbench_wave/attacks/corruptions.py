@@ -33,20 +33,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from torch import nn
 
 from robustbench_wave.attacks.registry import (
     CORRUPTION_SEVERITIES,
     AttackKind,
+    AttackRequest,
     Param,
-    RunContext,
     RunOutput,
     Threat,
     register_attack,
     register_family,
 )
 from robustbench_wave.attacks.seeding import example_generators, per_example
-from robustbench_wave.attacks.suite import AttackEntry
 
 CORRUPTION_FAMILY = "corruption"
 #: Hendrycks & Dietterich's four categories, in their order.
@@ -454,15 +452,8 @@ register_family(
 
 
 @register_attack(CORRUPTION_FAMILY, backend="builtin", per_example_rng=True)
-def builtin_corruption(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def builtin_corruption(request: AttackRequest) -> RunOutput:
     """The entry's corruption at severity ``eps``; the model is not consulted."""
-    name, severity = entry.params["corruption"], check_severity(eps)
-    return RunOutput(corrupt(x, name, severity, corruption_generators(ctx.seed, name, ids, severity)))
+    name, severity = request.params["corruption"], check_severity(request.eps)
+    gens = corruption_generators(request.context.seed, name, request.ids, severity)
+    return RunOutput(corrupt(request.images, name, severity, gens))

@@ -17,8 +17,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks.pgd import dlr_loss, keep_first_success, step_size
-from robustbench_wave.attacks.registry import RunContext, RunOutput, Threat, register_attack
-from robustbench_wave.attacks.suite import AttackEntry
+from robustbench_wave.attacks.registry import AttackRequest, RunOutput, Threat, register_attack
 
 
 def _run(
@@ -49,38 +48,26 @@ def _with_dlr_loss(cls: type) -> type:
 
 
 @register_attack("fgsm", backend="foolbox", per_example_rng=True)
-def foolbox_fgsm(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def foolbox_fgsm(request: AttackRequest) -> RunOutput:
     import foolbox
 
-    return RunOutput(_run(model, foolbox.attacks.FGSM(), x, y, eps, entry.params.get("eot_iter", 1)))
+    r = request
+    eot = r.params.get("eot_iter", 1)
+    return RunOutput(_run(r.model, foolbox.attacks.FGSM(), r.images, r.labels, r.eps, eot))
 
 
 @register_attack("pgd", backend="foolbox", per_example_rng=False)
-def foolbox_pgd(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def foolbox_pgd(request: AttackRequest) -> RunOutput:
     import foolbox
 
-    p = entry.params
-    cls = foolbox.attacks.LinfPGD if entry.threat == Threat.LINF.value else foolbox.attacks.L2PGD
+    p, eps, model = request.params, request.eps, request.model
+    cls = foolbox.attacks.LinfPGD if request.threat == Threat.LINF.value else foolbox.attacks.L2PGD
     if p.get("loss", "ce") == "dlr":
         cls = _with_dlr_loss(cls)
     atk = cls(abs_stepsize=step_size(p, eps), steps=p["steps"], random_start=p["random_start"])
     eot = p.get("eot_iter", 1)
-    return RunOutput(
-        keep_first_success(model, x, y, p["restarts"], lambda a, b: _run(model, atk, a, b, eps, eot))
-    )
+
+    def attack(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _run(model, atk, x, y, eps, eot)
+
+    return RunOutput(keep_first_success(model, request.images, request.labels, p["restarts"], attack))

@@ -4,10 +4,11 @@ A *family* (``pgd``, ``square``, ``lowfreq-pgd`` ...) says what an attack is: it
 threat models it supports, its hyper-parameter schema (:class:`Param`), whether it differentiates the target
 (``grad_dependent``: run once per gradient mode) and whether it is iterative (records ``correct_last``). An
 *implementation* is one back-end's function with the runner contract
-``fn(model, x, y, ids, eps, entry, ctx) -> RunOutput``, registered with
+``fn(request: AttackRequest) -> RunOutput``, registered with
 ``@register_attack(family, backend=..., per_example_rng=...)``. The suite parser validates entries against
 this table only, and the tests are parametrised over :func:`list_attacks`, so registering an attack is enough
 to make it usable in a suite file and tested (timm's ``_registry`` / ``list_models`` is the model).
+This module imports no other module of :mod:`robustbench_wave.attacks`: every one of them may import it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from robustbench_wave.attacks.suite import AttackEntry
 
 BACKENDS = ("builtin", "torchattacks", "foolbox")
 CLEAN = "clean"  # the family (and entry) every suite starts with: the unattacked forward pass
@@ -103,9 +102,31 @@ class RunContext:
             return int(model(x[:1]).shape[1])
 
 
-Runner = Callable[
-    [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float, "AttackEntry", RunContext], RunOutput
-]
+@dataclass(frozen=True, eq=False)
+class AttackRequest:
+    """Everything one runner call gets: the points, the budget and the suite entry's settings.
+
+    Built per batch or id block by the evaluation (``AttackEntry.request``); ``params`` is a read-only copy
+    of the entry's resolved hyper-parameters (defaults filled in), ``name`` the entry's name (it seeds the
+    builtin attacks' streams).
+    """
+
+    model: nn.Module  # wrapped (``GradSafe``) and in attack mode
+    images: torch.Tensor  # (B, C, H, W) in [0, 1], on the attack's device
+    labels: torch.Tensor  # (B,)
+    ids: torch.Tensor  # (B,) example ids: the builtin attacks' per-example seeds
+    eps: float
+    threat: str
+    params: Mapping[str, Any]
+    name: str
+    family: str
+    context: RunContext
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+
+Runner = Callable[[AttackRequest], RunOutput]
 # (threat, params) -> None if the implementation honours these settings, else a one-line reason it cannot
 Rejects = Callable[[str, Mapping[str, Any]], str | None]
 

@@ -35,6 +35,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -45,7 +48,9 @@ from robustbench_wave.attacks.registry import (
     CORRUPTION_SEVERITIES,
     NO_THREAT,
     AttackFamily,
+    AttackRequest,
     Param,
+    RunContext,
     Threat,
     family_spec,
     get_runner,
@@ -103,6 +108,20 @@ class AttackEntry:
         if self.family == CLEAN:
             return None
         return get_runner(self.family, backend).rejection(self.threat, self.params)
+
+    def request(
+        self,
+        model: nn.Module,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        ids: torch.Tensor,
+        eps: float,
+        context: RunContext,
+    ) -> AttackRequest:
+        """The runner call for this entry on these points at budget ``eps``."""
+        return AttackRequest(
+            model, images, labels, ids, eps, self.threat, self.params, self.name, self.family, context
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "family": self.family, "threat": self.threat, **self.params}

@@ -5,8 +5,9 @@ et al. 2020): with APGD-CE these are AutoAttack's standard version (``attacks/au
 APGD-T, FAB-T and Square exist only here, so their families are declared here. torchattacks draws from
 torch's global RNG, so the non-FGSM runners are registered with ``per_example_rng=False``: the evaluation
 calls them on fixed blocks of example ids inside :func:`robustbench_wave.attacks.seeding.seeded`
-(``ctx.block_seed``, which APGD, APGD-T, FAB and Square also take as their own seed), and their results do not
-depend on the batch size either. torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
+(``request.context.block_seed``, which APGD, APGD-T, FAB and Square also take as their own seed), and their
+results do not depend on the batch size either. torchattacks' PGD has no restarts: :func:`keep_first_success`
+adds them.
 
 EOT (``eot_iter > 1``): APGD and APGD-T average ``eot_iter`` gradients themselves; FGSM and L∞ PGD switch to
 torchattacks' ``EOTPGD`` (FGSM = one step of size eps from the clean point). torchattacks has neither an L2
@@ -21,19 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from robustbench_wave.attacks.pgd import keep_first_success, step_size
 from robustbench_wave.attacks.registry import (
     AttackKind,
+    AttackRequest,
     Param,
-    RunContext,
     RunOutput,
     Threat,
     register_attack,
     register_family,
 )
-from robustbench_wave.attacks.suite import AttackEntry
 
 register_family(
     "apgd",
@@ -105,18 +104,11 @@ def square_queries(params: Mapping[str, Any], eps: float) -> int:
 
 
 @register_attack("fgsm", backend="torchattacks", per_example_rng=True)
-def torchattacks_fgsm(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def torchattacks_fgsm(request: AttackRequest) -> RunOutput:
     import torchattacks
 
-    eot = entry.params.get("eot_iter", 1)
+    model, x, y, eps = request.model, request.images, request.labels, request.eps
+    eot = request.params.get("eot_iter", 1)
     if eot > 1:  # one EOT step of size eps from the clean point: FGSM on the mean gradient
         atk = torchattacks.EOTPGD(model, eps=eps, alpha=eps, steps=1, eot_iter=eot, random_start=False)
         return RunOutput(atk(x, y).detach())
@@ -133,62 +125,48 @@ def pgd_rejects(threat: str, params: Mapping[str, Any]) -> str | None:
 
 
 @register_attack("pgd", backend="torchattacks", per_example_rng=False, rejects=pgd_rejects)
-def torchattacks_pgd(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def torchattacks_pgd(request: AttackRequest) -> RunOutput:
     import torchattacks
 
-    p = entry.params
-    reason = pgd_rejects(entry.threat, p)
+    p, eps, model = request.params, request.eps, request.model
+    reason = pgd_rejects(request.threat, p)
     if reason is not None:
-        raise ValueError(f"attack {entry.name!r}: {reason}")
+        raise ValueError(f"attack {request.name!r}: {reason}")
     kw = {"eps": eps, "alpha": step_size(p, eps), "steps": p["steps"], "random_start": p["random_start"]}
     if p.get("eot_iter", 1) > 1:
         atk = torchattacks.EOTPGD(model, eot_iter=p["eot_iter"], **kw)
     else:
-        atk = (torchattacks.PGD if entry.threat == Threat.LINF.value else torchattacks.PGDL2)(model, **kw)
-    return RunOutput(keep_first_success(model, x, y, p["restarts"], atk))
+        atk = (torchattacks.PGD if request.threat == Threat.LINF.value else torchattacks.PGDL2)(model, **kw)
+    return RunOutput(keep_first_success(model, request.images, request.labels, p["restarts"], atk))
 
 
 @register_attack("apgd", backend="torchattacks", per_example_rng=False)
-def torchattacks_apgd(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def torchattacks_apgd(request: AttackRequest) -> RunOutput:
     import torchattacks
 
-    p = entry.params
+    p = request.params
     atk = torchattacks.APGD(
-        model,
-        norm=entry.threat,
-        eps=eps,
+        request.model,
+        norm=request.threat,
+        eps=request.eps,
         steps=p["steps"],
         n_restarts=p["restarts"],
-        seed=ctx.block_seed,
+        seed=request.context.block_seed,
         loss=p["loss"],
         rho=p["rho"],
         eot_iter=p["eot_iter"],
     )
-    return RunOutput(atk(x, y).detach())
+    return RunOutput(atk(request.images, request.labels).detach())
 
 
-def target_count(entry: AttackEntry, model: nn.Module, x: torch.Tensor, ctx: RunContext) -> int:
+def target_count(request: AttackRequest) -> int:
     """How many target classes a targeted member tries: ``n_target_classes``, at most classes - 1."""
-    classes = ctx.class_count(model, x)
+    classes = request.context.class_count(request.model, request.images)
     if classes < 2:
-        raise ValueError(f"attack {entry.name!r} ({entry.family}) needs at least 2 classes, got {classes}")
-    return min(entry.params["n_target_classes"], classes - 1)
+        raise ValueError(
+            f"attack {request.name!r} ({request.family}) needs at least 2 classes, got {classes}"
+        )
+    return min(request.params["n_target_classes"], classes - 1)
 
 
 @functools.cache
@@ -213,80 +191,56 @@ def _apgdt_class() -> type:
 
 
 @register_attack("apgd-t", backend="torchattacks", per_example_rng=False)
-def torchattacks_apgdt(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
-    p = entry.params
+def torchattacks_apgdt(request: AttackRequest) -> RunOutput:
+    p = request.params
     atk = _apgdt_class()(
-        model,
-        norm=entry.threat,
-        eps=eps,
+        request.model,
+        norm=request.threat,
+        eps=request.eps,
         steps=p["steps"],
         n_restarts=p["restarts"],
-        seed=ctx.block_seed,
+        seed=request.context.block_seed,
         eot_iter=p["eot_iter"],
         rho=p["rho"],
-        n_classes=target_count(entry, model, x, ctx) + 1,  # torchattacks targets n_classes - 1 classes
+        n_classes=target_count(request) + 1,  # torchattacks targets n_classes - 1 classes
     )
-    return RunOutput(atk(x, y).detach())
+    return RunOutput(atk(request.images, request.labels).detach())
 
 
 @register_attack("fab-t", backend="torchattacks", per_example_rng=False)
-def torchattacks_fabt(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def torchattacks_fabt(request: AttackRequest) -> RunOutput:
     import torchattacks
 
-    p = entry.params
+    p = request.params
     atk = torchattacks.FAB(
-        model,
-        norm=entry.threat,
-        eps=eps,
+        request.model,
+        norm=request.threat,
+        eps=request.eps,
         steps=p["steps"],
         n_restarts=p["restarts"],
         alpha_max=p["alpha_max"],
         eta=p["eta"],
         beta=p["beta"],
-        seed=ctx.block_seed,
+        seed=request.context.block_seed,
         multi_targeted=True,
-        n_classes=target_count(entry, model, x, ctx) + 1,  # torchattacks targets n_classes - 1 classes
+        n_classes=target_count(request) + 1,  # torchattacks targets n_classes - 1 classes
     )
-    return RunOutput(atk(x, y).detach())
+    return RunOutput(atk(request.images, request.labels).detach())
 
 
 @register_attack("square", backend="torchattacks", per_example_rng=False)
-def torchattacks_square(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    eps: float,
-    entry: AttackEntry,
-    ctx: RunContext,
-) -> RunOutput:
+def torchattacks_square(request: AttackRequest) -> RunOutput:
     import torchattacks
 
-    p = entry.params
+    p = request.params
     atk = torchattacks.Square(
-        model,
-        norm=entry.threat,
-        eps=eps,
-        n_queries=square_queries(p, eps),
+        request.model,
+        norm=request.threat,
+        eps=request.eps,
+        n_queries=square_queries(p, request.eps),
         n_restarts=p["restarts"],
         p_init=p["p_init"],
         loss=p["loss"],
-        seed=ctx.block_seed,
+        seed=request.context.block_seed,
     )
-    return RunOutput(atk(x, y).detach())
+    return RunOutput(atk(request.images, request.labels).detach())

@@ -1,9 +1,11 @@
 """Running one attack at one budget on a set of points: batching, seeding and clean predictions.
 
-Results must not depend on ``batch_size``: runners that seed each example themselves (``per_example_rng``)
-get plain batches; library attacks, which draw from the global RNG, run on fixed blocks of example ids
-(the suite's ``rng_block``), each under its own seed (:func:`derive_seed`). Predictions are always recomputed
-here from the returned points, never taken from the attack.
+The one caller of the registered runners: each batch or id block becomes one
+:class:`~robustbench_wave.attacks.AttackRequest` (``AttackEntry.request``). Results must not depend on
+``batch_size``: runners that seed each example themselves (``per_example_rng``) get plain batches; library
+attacks, which draw from the global RNG, run on fixed blocks of example ids (the suite's ``rng_block``), each
+under its own seed (:func:`derive_seed`). Predictions are always recomputed here from the returned points,
+never taken from the attack.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def run_attack(
             progress(i, len(groups))
         ctx.block_seed = derive_seed(ctx.seed, entry.name, repr(eps), "block", block) % (1 << 31)
         with seeded(ctx.block_seed, device):
-            res = spec.fn(model, x[pos].to(device), y[pos].to(device), ids[pos], eps, entry, ctx)
+            res = spec.fn(entry.request(model, x[pos].to(device), y[pos].to(device), ids[pos], eps, ctx))
         out[pos] = res.x_adv.detach().to(out.device, out.dtype)
         if res.correct_last is not None:
             if last is None:
