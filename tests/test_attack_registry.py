@@ -16,6 +16,7 @@ import torch
 from robustbench_wave.attacks import (
     GradSafe,
     RunContext,
+    Trait,
     attack_mode,
     budget_tolerance,
     family_spec,
@@ -126,4 +127,4 @@ def test_every_attack_runs_through_the_evaluation_and_emits_the_record_schema(
     tol = np.array([budget_tolerance(e, threat) for e in hit["eps"]])
     assert is_average_case(threat) or (hit["norm"].to_numpy() <= hit["eps"].to_numpy() + tol).all()
     has_last = hit["correct_last"].notna()  # best-vs-last bookkeeping: our iterative engines only
-    assert has_last.all() if spec.iterative and backend == "builtin" else not has_last.any()
+    assert has_last.all() if spec.has(Trait.LAST_ITERATE) and backend == "builtin" else not has_last.any()

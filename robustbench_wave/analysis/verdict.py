@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, Threat
+from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
@@ -158,10 +158,11 @@ def _model_numbers(rows: pd.DataFrame, threat: str, eps: float) -> dict[str, Any
     def acc_with_clean(sub: pd.DataFrame) -> float | None:
         return _acc(pd.concat([clean_rows, sub]), threat, eps) if not sub.empty else None
 
-    white = (rows["kind"] == AttackKind.WHITE_BOX.value) & (rows["family"] != LOWFREQ_FAMILY)
+    lowfreq = rows["family"].isin(families_with(Trait.LOW_FREQUENCY))
+    white = (rows["kind"] == AttackKind.WHITE_BOX.value) & ~lowfreq
     for mode in GradMode:
         out[wb_column(mode)] = acc_with_clean(rows[white & (rows["grad_mode"] == mode.value)])
-    low = rows[rows["family"] == LOWFREQ_FAMILY]
+    low = rows[lowfreq]
     out["gradient_free"] = acc_with_clean(rows[rows["kind"] == AttackKind.BLACK_BOX.value])
     out["transfer"] = acc_with_clean(rows[rows["kind"] == AttackKind.TRANSFER.value])
     out["lowfreq"] = acc_with_clean(low)

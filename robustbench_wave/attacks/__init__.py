@@ -2,9 +2,10 @@
 
 Import from here (``from robustbench_wave.attacks import evaluate-facing names``), not from the modules:
 
-* :mod:`.registry` -- families (kind, threats, hyper-parameters) and their registered implementations,
-  each ``fn(AttackRequest) -> RunOutput`` (``@register_attack``; :func:`list_attacks`, :func:`family_spec`,
-  :func:`get_runner`);
+* :mod:`.registry` -- families (kind, threats, hyper-parameters, :class:`Trait` set) and their registered
+  implementations, each ``fn(AttackRequest) -> RunOutput`` (``@register_attack``; :func:`list_attacks`,
+  :func:`family_spec`, :func:`families_with`, :func:`get_runner`); :mod:`.schemas` -- the hyper-parameter
+  schemas several families share;
 * :mod:`.suite` -- the ``attacks/*.toml`` schema, validated against the registry;
 * :mod:`.budget` -- the audit every returned point passes before it counts;
 * :mod:`.seeding` -- the one seeding rule and random-start distribution;
@@ -63,6 +64,8 @@ from robustbench_wave.attacks.registry import (
     RunnerSpec,
     RunOutput,
     Threat,
+    Trait,
+    families_with,
     family_spec,
     get_runner,
     is_average_case,
@@ -104,6 +107,7 @@ __all__ = [
     "RunnerSpec",
     "Suite",
     "Threat",
+    "Trait",
     "as_float_images",
     "attack_mode",
     "audit",
@@ -112,6 +116,7 @@ __all__ = [
     "derive_seed",
     "dlr_loss",
     "example_generators",
+    "families_with",
     "family_spec",
     "find_wavelet_front_end",
     "get_runner",

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustbench_wave.attacks import schemas
 from robustbench_wave.attacks.lowfreq import (
     AUTO_LEVEL,
     LOWFREQ_FAMILY,
@@ -29,7 +30,7 @@ from robustbench_wave.attacks.lowfreq import (
     model_wavelet,
     resolve_level,
 )
-from robustbench_wave.attacks.pgd import LOSSES, PGD, BestIterate, loss_and_wrong, step_size
+from robustbench_wave.attacks.pgd import PGD, BestIterate, loss_and_wrong, step_size
 from robustbench_wave.attacks.registry import (
     CLEAN,
     NO_THREAT,
@@ -38,23 +39,15 @@ from robustbench_wave.attacks.registry import (
     Param,
     RunOutput,
     Threat,
+    Trait,
     register_attack,
     register_family,
 )
+from robustbench_wave.attacks.schemas import PGD_PARAMS
 from robustbench_wave.attacks.seeding import example_generators, per_example
 from robustbench_wave.attacks.suite import NOISE_THREAT
 
-PGD_PARAMS = {
-    "steps": Param(int, 20, minimum=1),
-    "rel_step_size": Param(float, 0.1, minimum=0.0),
-    "restarts": Param(int, 1, minimum=1),
-    "random_start": Param(bool, True),
-}
 PGD_THREATS = (Threat.LINF, Threat.L2)
-EOT_PARAM = Param(
-    int, 1, minimum=1
-)  # forward/backward passes averaged per gradient (EOT); 1 = plain gradient
-LOSS_PARAM = Param(str, "ce", choices=LOSSES)  # the ascended loss: cross-entropy or DLR
 
 register_family(CLEAN, kind=AttackKind.CLEAN, threats=(NO_THREAT,), grad_dependent=False)
 register_family(
@@ -72,7 +65,8 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=(Threat.LINF,),
     grad_dependent=True,
-    params={"eot_iter": EOT_PARAM},
+    traits=(Trait.SINGLE_STEP,),
+    params={"eot_iter": schemas.EOT_ITER},
     default_backend="torchattacks",
 )
 register_family(
@@ -80,8 +74,8 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=PGD_THREATS,
     grad_dependent=True,
-    iterative=True,
-    params={**PGD_PARAMS, "loss": LOSS_PARAM, "eot_iter": EOT_PARAM},
+    traits=(Trait.ITERATIVE, Trait.WHOLE_BALL, Trait.LAST_ITERATE),
+    params={**PGD_PARAMS, "loss": schemas.LOSS, "eot_iter": schemas.EOT_ITER},
 )
 register_family(
     "transfer", kind=AttackKind.TRANSFER, threats=PGD_THREATS, grad_dependent=False, params=PGD_PARAMS
@@ -91,12 +85,12 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=PGD_THREATS,
     grad_dependent=True,
-    iterative=True,
+    traits=(Trait.ITERATIVE, Trait.LAST_ITERATE, Trait.LOW_FREQUENCY),
     params={
         **PGD_PARAMS,
-        "loss": LOSS_PARAM,
-        "eot_iter": EOT_PARAM,
-        "rel_step_size": Param(float, 0.125, minimum=0.0),
+        "loss": schemas.LOSS,
+        "eot_iter": schemas.EOT_ITER,
+        "rel_step_size": schemas.rel_step_size(0.125),
         "level": Param(int, AUTO_LEVEL, minimum=0, keywords=(AUTO_LEVEL,)),
         "basis": Param(str, Basis.HAAR.value, choices=tuple(b.value for b in Basis)),
     },

@@ -1,10 +1,12 @@
 """The one attack registry: every family is declared once, every implementation registers itself.
 
 A *family* (``pgd``, ``square``, ``lowfreq-pgd`` ...) says what an attack is: its :class:`AttackKind`, the
-threat models it supports, its hyper-parameter schema (:class:`Param`), whether it differentiates the target
-(``grad_dependent``: run once per gradient mode) and whether it is iterative (records ``correct_last``). An
-*implementation* is one back-end's function with the runner contract
-``fn(request: AttackRequest) -> RunOutput``, registered with
+threat models it supports, its hyper-parameter schema (:class:`Param`; the shared ones in
+:mod:`robustbench_wave.attacks.schemas`), whether it differentiates the target (``grad_dependent``: run once
+per gradient mode) and its :class:`Trait` set (single-step, iterative, AutoAttack member, low-frequency ...).
+Code that groups records by family (the checks, the export, the verdict) asks :func:`families_with` for a
+trait instead of naming families, so a new family joins them by declaring its traits. An *implementation* is
+one back-end's function with the runner contract ``fn(request: AttackRequest) -> RunOutput``, registered with
 ``@register_attack(family, backend=..., per_example_rng=...)``. The suite parser validates entries against
 this table only, and the tests are parametrised over :func:`list_attacks`, so registering an attack is enough
 to make it usable in a suite file and tested (timm's ``_registry`` / ``list_models`` is the model).
@@ -36,6 +38,24 @@ class AttackKind(str, Enum):
     BLACK_BOX = "black-box"
     TRANSFER = "transfer"
     CORRUPTION = "corruption"  # common corruptions: average-case accuracy, never part of a worst case
+
+
+class Trait(str, Enum):
+    """What a family is, for the code that groups records by family (checks, export, verdict).
+
+    Declared once in :func:`register_family` and read through :func:`families_with`, never by family name.
+    """
+
+    SINGLE_STEP = "single-step"  # one gradient step (FGSM): what every whole-ball iterative attack must beat
+    ITERATIVE = "iterative"  # many gradient steps on the target
+    WHOLE_BALL = "whole-ball"  # iterative, untargeted, free to use the whole ball (compared with single-step)
+    LAST_ITERATE = "last-iterate"  # its builtin runner reports the last iterate (records ``correct_last``)
+    AUTOATTACK = "autoattack"  # a member of AutoAttack's standard version (RobustBench's ``autoattack_acc``)
+    LOW_FREQUENCY = "low-frequency"  # the perturbation lives in the coarsest low-frequency band
+
+
+#: Traits that only an iterative family may have.
+_NEEDS_ITERATIVE = (Trait.WHOLE_BALL, Trait.LAST_ITERATE)
 
 
 class Threat(str, Enum):
@@ -158,9 +178,12 @@ class AttackFamily:
     kind: AttackKind
     threats: tuple[str, ...]
     grad_dependent: bool  # runs once per gradient mode (else once, shared by all modes)
-    iterative: bool = False  # records correct_last (best-vs-last iterate)
+    traits: frozenset[Trait] = frozenset()
     params: dict[str, Param] = field(default_factory=dict)
     default_backend: str = "builtin"
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.traits
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -184,7 +207,7 @@ def register_family(
     kind: AttackKind,
     threats: tuple[Threat, ...] | tuple[str, ...],
     grad_dependent: bool,
-    iterative: bool = False,
+    traits: tuple[Trait, ...] = (),
     params: dict[str, Param] | None = None,
     default_backend: str = "builtin",
 ) -> AttackFamily:
@@ -198,12 +221,28 @@ def register_family(
         AttackKind(kind),
         tuple(t if t == NO_THREAT else Threat(t).value for t in threats),
         grad_dependent,
-        iterative,
+        _check_traits(name, traits, grad_dependent),
         dict(params or {}),
         default_backend,
     )
     _FAMILIES[name] = family
     return family
+
+
+def _check_traits(name: str, traits: tuple[Trait, ...], grad_dependent: bool) -> frozenset[Trait]:
+    """The traits as a set, refused when they contradict each other (a ValueError says which)."""
+    out = frozenset(Trait(t) for t in traits)
+    gradient = out & {Trait.SINGLE_STEP, Trait.ITERATIVE}
+    if len(gradient) > 1:
+        raise ValueError(f"family {name!r}: a family is single-step or iterative, not both")
+    if gradient and not grad_dependent:
+        raise ValueError(f"family {name!r}: a {next(iter(gradient)).value} attack differentiates the target")
+    for trait in _NEEDS_ITERATIVE:
+        if trait in out and Trait.ITERATIVE not in out:
+            raise ValueError(f"family {name!r}: trait {trait.value!r} needs trait 'iterative'")
+    if {Trait.WHOLE_BALL, Trait.LOW_FREQUENCY} <= out:
+        raise ValueError(f"family {name!r}: a low-frequency attack does not use the whole ball")
+    return out
 
 
 def register_attack(
@@ -238,6 +277,11 @@ def family_spec(name: str) -> AttackFamily:
 
 def list_families() -> list[str]:
     return list(_FAMILIES)
+
+
+def families_with(trait: Trait) -> tuple[str, ...]:
+    """The declared families with ``trait``, in declaration order (what checks, export and verdict read)."""
+    return tuple(f.name for f in _FAMILIES.values() if trait in f.traits)
 
 
 def list_attacks() -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from robustbench_wave.attacks import schemas
 from robustbench_wave.attacks.pgd import keep_first_success, step_size
 from robustbench_wave.attacks.registry import (
     AttackKind,
@@ -30,21 +31,25 @@ from robustbench_wave.attacks.registry import (
     Param,
     RunOutput,
     Threat,
+    Trait,
     register_attack,
     register_family,
 )
+
+TARGETED_TRAITS = (Trait.ITERATIVE, Trait.AUTOATTACK)
 
 register_family(
     "apgd",
     kind=AttackKind.WHITE_BOX,
     threats=(Threat.LINF, Threat.L2),
     grad_dependent=True,
+    traits=(Trait.ITERATIVE, Trait.WHOLE_BALL, Trait.AUTOATTACK),
     params={
-        "steps": Param(int, 100, minimum=1),
-        "restarts": Param(int, 1, minimum=1),
-        "loss": Param(str, "ce", choices=("ce", "dlr")),
-        "rho": Param(float, 0.75, minimum=0.0),
-        "eot_iter": Param(int, 1, minimum=1),
+        "steps": schemas.steps(100),
+        "restarts": schemas.RESTARTS,
+        "loss": schemas.LOSS,
+        "rho": schemas.RHO,
+        "eot_iter": schemas.EOT_ITER,
     },
     default_backend="torchattacks",
 )
@@ -55,12 +60,13 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=(Threat.LINF, Threat.L2),
     grad_dependent=True,
+    traits=TARGETED_TRAITS,
     params={
-        "steps": Param(int, 100, minimum=1),
-        "restarts": Param(int, 1, minimum=1),
-        "n_target_classes": Param(int, 9, minimum=1),
-        "rho": Param(float, 0.75, minimum=0.0),
-        "eot_iter": Param(int, 1, minimum=1),
+        "steps": schemas.steps(100),
+        "restarts": schemas.RESTARTS,
+        "n_target_classes": schemas.N_TARGET_CLASSES,
+        "rho": schemas.RHO,
+        "eot_iter": schemas.EOT_ITER,
     },
     default_backend="torchattacks",
 )
@@ -69,10 +75,11 @@ register_family(
     kind=AttackKind.WHITE_BOX,
     threats=(Threat.LINF, Threat.L2),
     grad_dependent=True,
+    traits=TARGETED_TRAITS,
     params={
-        "steps": Param(int, 100, minimum=1),
-        "restarts": Param(int, 1, minimum=1),
-        "n_target_classes": Param(int, 9, minimum=1),
+        "steps": schemas.steps(100),
+        "restarts": schemas.RESTARTS,
+        "n_target_classes": schemas.N_TARGET_CLASSES,
         "alpha_max": Param(float, 0.1, minimum=0.0),
         "eta": Param(float, 1.05, minimum=1.0),
         "beta": Param(float, 0.9, minimum=0.0),
@@ -84,10 +91,11 @@ register_family(
     kind=AttackKind.BLACK_BOX,
     threats=(Threat.LINF, Threat.L2),
     grad_dependent=False,
+    traits=(Trait.AUTOATTACK,),
     params={
         "n_queries": Param(int, 1000, minimum=1),
         "p_init": Param(float, 0.8, minimum=0.0),
-        "restarts": Param(int, 1, minimum=1),
+        "restarts": schemas.RESTARTS,
         "loss": Param(str, "margin", choices=("margin", "ce")),
         # A protocol choice, off by default (0): below this eps Square gets ``small_eps_queries`` queries instead
         # of ``n_queries``, where it breaks almost nothing (the evidence is in attacks/default.toml).

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.attacks import is_average_case
+from robustbench_wave.attacks import Trait, families_with, is_average_case
 from robustbench_wave.evaluation.chunks import config_fingerprint
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
@@ -64,8 +64,6 @@ STANDARD_EPS = {
     ("cifar100", "Linf"): 8 / 255,
     ("imagenet", "Linf"): 4 / 255,
 }
-#: AutoAttack's standard version: the families whose worst case RobustBench reports as ``autoattack_acc``.
-AUTOATTACK_FAMILIES = frozenset({"apgd", "apgd-t", "fab-t", "square"})
 #: The library each back-end's attacks come from (its version is read from meta.json's provenance).
 BACKEND_LIBRARY = {"builtin": "robustbench_wave", "torchattacks": "torchattacks", "foolbox": "foolbox"}
 TRANSFER_KIND = "transfer"
@@ -169,7 +167,7 @@ def model_info(runs: Sequence[RunFolder], model: str, threat: str) -> dict[str, 
     robust = robust_flags(rows, threat, eps)
     clean_acc, robust_acc = float(clean.mean()), float(robust.mean())
     at_eps = at[(at["eps"] - eps).abs() <= EPS_TOL]
-    has_aa = AUTOATTACK_FAMILIES.issubset(at_eps["family"].astype(str))
+    has_aa = set(families_with(Trait.AUTOATTACK)).issubset(at_eps["family"].astype(str))  # autoattack_acc
     unreliable, checklist = _unreliable(held, model)
     modes = sorted(set(rows["grad_mode"].astype(str)))
     names = ", ".join(dict.fromkeys(at["attack"].astype(str)))

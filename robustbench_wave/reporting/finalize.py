@@ -22,7 +22,7 @@ from torch import nn
 
 from robustbench_wave.analysis.diagnostics import DiagnosticsReport, run_diagnostics
 from robustbench_wave.analysis.energy import energy_removed
-from robustbench_wave.attacks import LOWFREQ_FAMILY, Threat, as_float_images, find_wavelet_front_end
+from robustbench_wave.attacks import Threat, Trait, as_float_images, families_with, find_wavelet_front_end
 from robustbench_wave.evaluation.metrics import reference_eps
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -72,7 +72,8 @@ def finalize_run(
     x, y, ids = align_images(records, images, labels, example_ids)
     eps = diagnostics_eps if diagnostics_eps is not None else reference_eps(records, LINF, FALLBACK_EPS)
     if energy:
-        steps = energy_steps or _suite_steps(meta, LOWFREQ_FAMILY, LINF) or diagnostics_steps
+        lowfreq = families_with(Trait.LOW_FREQUENCY)
+        steps = energy_steps or _suite_steps(meta, lowfreq, LINF) or diagnostics_steps
         k = min(energy_n, len(x))
         write_energy(
             run_dir, models, x[:k], y[:k], ids[:k], eps=eps, steps=steps, seed=seed, batch_size=batch_size
@@ -105,10 +106,10 @@ def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_di
         raise ValueError(f"models {unknown} have no records in {run_dir}; its models: {known}")
 
 
-def _suite_steps(meta: Mapping[str, Any], family: str, threat: str) -> int | None:
-    """The ``steps`` of the run's first suite entry of ``family`` at ``threat`` (None when there is none)."""
+def _suite_steps(meta: Mapping[str, Any], families: Sequence[str], threat: str) -> int | None:
+    """The ``steps`` of the run's first suite entry of one of ``families`` at ``threat`` (None when none)."""
     for entry in (meta.get("attacks") or {}).values():
-        if entry.get("family") == family and entry.get("threat") == threat:
+        if entry.get("family") in families and entry.get("threat") == threat:
             steps = (entry.get("params") or {}).get("steps")
             if steps is not None:
                 return int(steps)

@@ -25,7 +25,7 @@ from robustbench_wave import __version__
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.verdict import Verdict, claim_numbers, verdict
-from robustbench_wave.attacks import LOWFREQ_FAMILY
+from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.evaluation.metrics import default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.models.frontend import GradMode
@@ -331,7 +331,7 @@ def lowfreq_markdown(runs: Sequence[RunFolder]) -> str:
 def _lowfreq_numbers(records: pd.DataFrame) -> list[dict[str, Any]]:
     """``claim_numbers`` rows at every (threat, eps) the low-frequency entries attacked, for the models they
     attacked."""
-    low = records[records["family"] == LOWFREQ_FAMILY]
+    low = records[records["family"].isin(families_with(Trait.LOW_FREQUENCY))]
     attacked = set(low["model"])
     out = []
     for threat in dict.fromkeys(low["threat"]):

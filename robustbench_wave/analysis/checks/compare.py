@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustbench_wave.attacks import AttackKind, Threat, family_spec, list_families
+from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with, family_spec, list_families
 from robustbench_wave.evaluation.metrics import (
     clean_correct,
     example_status,
@@ -62,7 +62,7 @@ def mode_free_kinds() -> set[str]:
 
 def iterative_families() -> set[str]:
     """Families whose records carry the last iterate (``correct_last``)."""
-    return {f for f in list_families() if family_spec(f).iterative}
+    return set(families_with(Trait.LAST_ITERATE))
 
 
 def check_records(records: pd.DataFrame, *, one_model: bool = True) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from robustbench_wave.attacks import AttackKind
+from robustbench_wave.attacks import AttackKind, Trait, families_with
 from robustbench_wave.evaluation.metrics import robust_accuracy
 
 from .base import CheckResult, RecordCheck, register_check
@@ -36,14 +36,15 @@ from .compare import (
 
 WHITE_BOX = AttackKind.WHITE_BOX.value
 GRADIENT_FREE_KINDS = (AttackKind.BLACK_BOX.value, AttackKind.TRANSFER.value)
-UNCONSTRAINED_ITERATIVE = ("pgd", "apgd")  # iterative attacks free to use the whole ball
-SINGLE_STEP = ("fgsm",)
 
 
 @register_check
 @dataclass(frozen=True)
 class IterativeBeatsSingleStep(RecordCheck):
     """PGD/APGD must break every point FGSM breaks (Carlini et al. 2019 §5.1).
+
+    The two sides are the registry's families: ``Trait.WHOLE_BALL`` (iterative attacks free to use the whole
+    ball: PGD, APGD, ...) against ``Trait.SINGLE_STEP`` (FGSM).
 
     A failure means the iterative attack is not following the gradient (bad step size, or a masked or noisy
     loss surface), so the reported robust accuracy is over-estimated. It fires only when FGSM's exclusive
@@ -62,8 +63,8 @@ class IterativeBeatsSingleStep(RecordCheck):
             self.name,
             rows,
             mode,
-            rows["family"].isin(UNCONSTRAINED_ITERATIVE) & own,
-            rows["family"].isin(SINGLE_STEP) & own,
+            rows["family"].isin(families_with(Trait.WHOLE_BALL)) & own,
+            rows["family"].isin(families_with(Trait.SINGLE_STEP)) & own,
             self.tol,
             Pairing(
                 "FGSM and an iterative attack",
