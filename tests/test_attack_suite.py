@@ -56,8 +56,13 @@ def test_lowfreq_pgd_runs_after_the_earlier_families_so_they_keep_their_records(
         assert low.params["rel_step_size"] == 0.125  # 2.5 eps / steps at 20 steps
 
 
+# Registered families the smoke suite leaves out, and why: adding an entry to a shipped suite moves its records.
+NOT_IN_SMOKE = {"mifgsm": "the extension-point proof (tests/test_family_traits.py), added after the suites"}
+
+
 def test_smoke_suite_loads_and_covers_every_family() -> None:
-    assert {a.family for a in load_suite("smoke").attacks} == set(list_families())
+    assert set(NOT_IN_SMOKE) <= set(list_families())  # an exemption never outlives its family
+    assert {a.family for a in load_suite("smoke").attacks} == set(list_families()) - set(NOT_IN_SMOKE)
 
 
 def test_fraction_strings_and_numbers() -> None:

@@ -1,13 +1,13 @@
 """Attacks from torchattacks (Kim 2020), registered under the ``torchattacks`` backend.
 
-FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b) and Square (Andriushchenko
-et al. 2020): with APGD-CE these are AutoAttack's standard version (``attacks/autoattack.toml``). APGD,
-APGD-T, FAB-T and Square exist only here, so their families are declared here. torchattacks draws from
-torch's global RNG, so the non-FGSM runners are registered with ``per_example_rng=False``: the evaluation
-calls them on fixed blocks of example ids inside :func:`robustbench_wave.attacks.seeding.seeded`
-(``request.context.block_seed``, which APGD, APGD-T, FAB and Square also take as their own seed), and their
-results do not depend on the batch size either. torchattacks' PGD has no restarts: :func:`keep_first_success`
-adds them.
+FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b), Square (Andriushchenko
+et al. 2020) and MI-FGSM (Dong et al. 2018): with APGD-CE the first four are AutoAttack's standard version
+(``attacks/autoattack.toml``). APGD, APGD-T, FAB-T, Square and MI-FGSM exist only here, so their families are
+declared here. torchattacks draws from torch's global RNG, so the randomised runners (all but FGSM and
+MI-FGSM) are registered with ``per_example_rng=False``: the evaluation calls them on fixed blocks of example
+ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.context.block_seed``, which APGD, APGD-T,
+FAB and Square also take as their own seed), and their results do not depend on the batch size either.
+torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
 
 EOT (``eot_iter > 1``): APGD and APGD-T average ``eot_iter`` gradients themselves; FGSM and L∞ PGD switch to
 torchattacks' ``EOTPGD`` (FGSM = one step of size eps from the clean point). torchattacks has neither an L2
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from robustbench_wave.attacks import schemas
 from robustbench_wave.attacks.pgd import keep_first_success, step_size
@@ -101,6 +102,21 @@ register_family(
         # of ``n_queries``, where it breaks almost nothing (the evidence is in attacks/default.toml).
         "small_eps_below": Param(float, 0.0, minimum=0.0),
         "small_eps_queries": Param(int, 100, minimum=1),
+    },
+    default_backend="torchattacks",
+)
+# MI-FGSM (Dong et al. 2018): iterated FGSM along a momentum of L1-normalised gradients, L∞ only; the step
+# defaults to eps / steps, the paper's choice (alpha = eps / T).
+register_family(
+    "mifgsm",
+    kind=AttackKind.WHITE_BOX,
+    threats=(Threat.LINF,),
+    grad_dependent=True,
+    traits=(Trait.ITERATIVE, Trait.WHOLE_BALL),
+    params={
+        "steps": schemas.steps(10),
+        "rel_step_size": schemas.rel_step_size(0.1),
+        "decay": Param(float, 1.0, minimum=0.0),
     },
     default_backend="torchattacks",
 )
@@ -251,4 +267,42 @@ def torchattacks_square(request: AttackRequest) -> RunOutput:
         loss=p["loss"],
         seed=request.context.block_seed,
     )
+    return RunOutput(atk(request.images, request.labels).detach())
+
+
+@functools.cache
+def _mifgsm_class() -> type:
+    """torchattacks' MIFGSM (untargeted), with a zero gradient taken as a zero step.
+
+    torchattacks divides each gradient by its mean absolute value, so a gradient that is exactly zero (the
+    blocked gradient mode, or logits saturated beyond float precision) turns the point into NaN; here its
+    normaliser is at least 1e-12, which changes nothing else (the sign step ignores the scale).
+    """
+    import torchattacks
+
+    class MIFGSMZeroSafe(torchattacks.MIFGSM):
+        def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            images = images.clone().detach().to(self.device)
+            labels = labels.clone().detach().to(self.device)
+            momentum = torch.zeros_like(images)
+            adv = images.clone().detach()
+            for _ in range(self.steps):
+                adv.requires_grad = True
+                cost = nn.functional.cross_entropy(self.get_logits(adv), labels)
+                (grad,) = torch.autograd.grad(cost, adv)
+                grad = grad / grad.abs().mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-12)
+                momentum = grad + momentum * self.decay
+                adv = adv.detach() + self.alpha * momentum.sign()
+                delta = torch.clamp(adv - images, min=-self.eps, max=self.eps)
+                adv = torch.clamp(images + delta, min=0, max=1).detach()
+            return adv
+
+    return MIFGSMZeroSafe
+
+
+@register_attack("mifgsm", backend="torchattacks", per_example_rng=True)
+def torchattacks_mifgsm(request: AttackRequest) -> RunOutput:
+    """MI-FGSM: deterministic (no random start), so each point's result depends only on itself."""
+    p, eps = request.params, request.eps
+    atk = _mifgsm_class()(request.model, eps=eps, alpha=step_size(p, eps), steps=p["steps"], decay=p["decay"])
     return RunOutput(atk(request.images, request.labels).detach())
