@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
@@ -97,25 +98,14 @@ class Finding:
 
 
 def _pts(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:+.1f} pts"
-
-
-def _ci(lo: float, hi: float) -> str:
-    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
-
-
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+    """A difference of accuracies in the claims' short unit, 'pts'."""
+    return fmt.points(x, unit=" pts")
 
 
 def mean_sd(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
     """'m ± sd' (sd over seeds, ddof 1; just 'm' for one value)."""
     s = seed_spread(list(values))
-    if s.n_seeds == 0:
-        return "n/a"
-    if s.n_seeds == 1:
-        return f"{scale * s.mean:.{digits}f}"
-    return f"{scale * s.mean:.{digits}f} ± {scale * s.sd:.{digits}f}"
+    return fmt.number(s.mean, s.sd, scale=scale, digits=digits)
 
 
 # ------------------------------------------------------------------------------------------------ claim 1
@@ -412,9 +402,11 @@ def _robustness_finding(
     scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame, text: str
 ) -> Finding:
     gap, diff, ci = det.get("gap"), det.get("diff"), det.get("diff_ci")
-    measured = f"{model} {threat}: blocked − worst {_pts(_nan(gap))}"
+    measured = f"{model} {threat}: blocked − worst {_pts(fmt.as_float(gap))}"
     if diff is not None:
-        measured += f"; worst case − baseline {_pts(diff)} {_ci(ci[0], ci[1])}, p = {det['p_value']:.2g}"
+        measured += (
+            f"; worst case − baseline {_pts(diff)} {fmt.interval(ci[0], ci[1])}, p = {det['p_value']:.2g}"
+        )
     reason = f"verdict category '{category}'"
     if det.get("inconclusive_reason"):
         reason += f": {det['inconclusive_reason']}"
@@ -424,10 +416,6 @@ def _robustness_finding(
         reason += f"; {det['seed_agreement']}"
     notes = [text] if text else []
     return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows, notes)
-
-
-def _nan(x: Any) -> float:
-    return math.nan if x is None else float(x)
 
 
 def pooled_pairs(pairs: Sequence[PairedComparison]) -> PairedComparison:
@@ -502,7 +490,7 @@ def _below_floor(
     floor = vd.clean_floor(k)
     nums = pd.concat([vd.claim_numbers(r, threat=threat, eps=eps) for r in runs])
     clean = nums.groupby("model")["clean"].mean()
-    return [f"{m} ({_pct(clean[m])})" for m in models if m in clean and clean[m] < floor]
+    return [f"{m} ({fmt.percent(clean[m])})" for m in models if m in clean and clean[m] < floor]
 
 
 def _attribution_verdict(table: pd.DataFrame, low: Sequence[str]) -> tuple[str, str]:
@@ -515,7 +503,7 @@ def _attribution_verdict(table: pd.DataFrame, low: Sequence[str]) -> tuple[str, 
             "wavelet-dense and wavelet were not both attacked: the sparsification step is unmeasured",
         )
     r = step.iloc[0]
-    where = f"sparsification step {_pts(r['diff'])} {_ci(r['ci_low'], r['ci_high'])}, Holm p = {r['p (Holm)']:.2g}"
+    where = f"sparsification step {_pts(r['diff'])} {fmt.interval(r['ci_low'], r['ci_high'])}, Holm p = {r['p (Holm)']:.2g}"
     if r["significant"]:
         return (SUPPORTED if r["diff"] > 0 else NOT_SUPPORTED), where
     if r["ci_high"] - r["ci_low"] <= vd.MAX_DIFF_CI_WIDTH:
@@ -629,7 +617,7 @@ def assignment_masking_claim(
         notes = [f"diagnostics: failed {', '.join(v)} under {k}" for k, v in sorted(fails.items()) if v] or (
             ["diagnostics: every check passed"] if model in (diagnostics_failures or {}) else []
         )
-        measured = f"exact − BPDA {_pts(p.diff)} {_ci(p.ci_low, p.ci_high)}, p = {p.p_value:.2g}"
+        measured = f"exact − BPDA {_pts(p.diff)} {fmt.interval(p.ci_low, p.ci_high)}, p = {p.p_value:.2g}"
         out.append(
             Finding(
                 5, f"{scope} · {model} · {threat} ε = {eps:.4g}", measured, *_masking_verdict(p), table, notes

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, Threat
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
@@ -196,10 +197,6 @@ def claim_numbers(
     return pd.DataFrame(rows_out, columns=list(_COLUMNS))
 
 
-def _f(value: Any) -> float:
-    return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 def paired_worst_case(
     records: pd.DataFrame, cand: str, base: str, threat: str, eps: float
 ) -> PairedComparison | None:
@@ -240,12 +237,12 @@ def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple
 # --------------------------------------------------------------------------------------------------------
 def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float) -> str:
     """Why ``row``'s model is not worth attacking, or "" when it is."""
-    clean = _f(row.get("clean"))
+    clean = as_float(row.get("clean"))
     if math.isnan(clean) or clean >= floor:
         return ""
     return (
-        f"the {role} {row['model']}'s clean accuracy {_pct(clean)} is below the floor of {_pct(floor)} "
-        f"(chance {_pct(chance)} plus a third of the way to 100%): a model that has barely learned the task "
+        f"the {role} {row['model']}'s clean accuracy {percent(clean)} is below the floor of {percent(floor)} "
+        f"(chance {percent(chance)} plus a third of the way to 100%): a model that has barely learned the task "
         "tests no robustness claim"
     )
 
@@ -283,8 +280,8 @@ def categorize(
     neither significant nor narrow (interval wider than ``max_ci_width``). Masking is a finding about the
     candidate alone and stands; an undecided comparison is then noted as ``comparison = "inconclusive"``.
     """
-    worst = _f(cand["worst_case"])
-    blocked = _f(cand.get(wb_column(GradMode.BLOCKED)))
+    worst = as_float(cand["worst_case"])
+    blocked = as_float(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
     masking = not math.isnan(gap) and gap >= settings.gap_tol
     out: dict[str, Any] = {"gap": gap, "masking": masking, "above_baseline": None}
@@ -312,15 +309,19 @@ def categorize(
         out["category"] = NOT_ROBUST
     else:
         out.update(
-            category=INCONCLUSIVE,
-            inconclusive_reason=(
-                f"the paired difference to {base['model']} is {_points(paired.diff)} with 95% interval "
-                f"{_interval(paired)}, wider than {100 * settings.max_ci_width:.0f} points, and the exact "
-                f"McNemar test is not significant (p = {paired.p_value:.2g}, {paired.n} examples): attack "
-                "more examples"
-            ),
+            category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, settings)
         )
     return out
+
+
+def _undecided(base: str, paired: PairedComparison, settings: VerdictSettings) -> str:
+    """Why a comparison that is neither significant nor narrow decides nothing."""
+    width = number(settings.max_ci_width, scale=100.0, digits=0, unit=" points")
+    return (
+        f"the paired difference to {base} is {points(paired.diff)} with 95% interval "
+        f"{interval(paired.ci_low, paired.ci_high)}, wider than {width}, and the exact McNemar test is not "
+        f"significant (p = {paired.p_value:.2g}, {paired.n} examples): attack more examples"
+    )
 
 
 def _seed_majority(
@@ -349,24 +350,6 @@ def _seed_majority(
 # --------------------------------------------------------------------------------------------------------
 # prose (renders numbers and categories; decides nothing)
 # --------------------------------------------------------------------------------------------------------
-def _pct(value: Any, spread: Any = None) -> str:
-    v = _f(value)
-    if math.isnan(v):
-        return "n/a"
-    if spread is not None and not math.isnan(_f(spread)):
-        return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
-    return f"{100 * v:.1f}%"
-
-
-def _points(diff: float) -> str:
-    """A difference of accuracies in percentage points, signed."""
-    return f"{100 * diff:+.1f} points"
-
-
-def _interval(paired: PairedComparison) -> str:
-    return f"[{100 * paired.ci_low:+.1f}, {100 * paired.ci_high:+.1f}]"
-
-
 def _paired_clause(cat: Mapping[str, Any]) -> str:
     """The paired comparison behind a category, in words ("" without one)."""
     if cat.get("n_paired") is None:
@@ -374,8 +357,8 @@ def _paired_clause(cat: Mapping[str, Any]) -> str:
     lo, hi = cat["diff_ci"]
     d = cat["discordant"]
     return (
-        f" (paired on {cat['n_paired']} examples: difference {_points(cat['diff'])}, 95% interval "
-        f"[{100 * lo:+.1f}, {100 * hi:+.1f}]; {d['only_candidate']} examples survive only in the candidate, "
+        f" (paired on {cat['n_paired']} examples: difference {points(cat['diff'])}, 95% interval "
+        f"{interval(lo, hi)}; {d['only_candidate']} examples survive only in the candidate, "
         f"{d['only_baseline']} only in the baseline, exact McNemar p = {cat['p_value']:.2g})"
     )
 
@@ -393,21 +376,22 @@ def _under(cand: Mapping[str, Any], sp: Mapping[str, Any]) -> str:
     """The attacks other than blocked white-box, with their accuracies."""
     parts = []
     for key, label in _OTHER_ATTACKS:
-        if not math.isnan(_f(cand.get(key))):
+        if not math.isnan(as_float(cand.get(key))):
             if key == "lowfreq" and cand.get("lowfreq_alone") is False:
                 label = "suite + low-frequency PGD"
-            parts.append(f"{label} {_pct(cand[key], sp.get(key))}")
+            parts.append(f"{label} {percent(cand[key], sp.get(key))}")
     return "; ".join(parts) if parts else "no other attack"
 
 
 def _masking_sentence(
     cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
 ) -> str:
+    blocked = wb_column(GradMode.BLOCKED)
     text = (
-        f"Under blocked gradients **{cand['model']}** keeps {_pct(cand.get(wb_column(GradMode.BLOCKED)), sp.get(wb_column(GradMode.BLOCKED)))} "
-        f"at {where} (clean {_pct(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
+        f"Under blocked gradients **{cand['model']}** keeps {percent(cand.get(blocked), sp.get(blocked))} "
+        f"at {where} (clean {percent(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
         f"bypass the front-end ({_under(cand, sp)}) its per-example worst case falls to "
-        f"**{_pct(cand['worst_case'], sp.get('worst_case'))}** — "
+        f"**{percent(cand['worst_case'], sp.get('worst_case'))}** — "
     )
     if cat["category"] == MASKING_BUT_ROBUST:
         return text + (
@@ -434,11 +418,11 @@ def _sentence(
     """One candidate's paragraph: the numbers of :func:`claim_numbers` in the words of its category."""
     sp = spread or {}
     name, where = cand["model"], f"{cand['threat']} ε = {cand['eps']:.4g}"
-    worst, clean = _pct(cand["worst_case"], sp.get("worst_case")), _pct(cand["clean"], sp.get("clean"))
+    worst, clean = percent(cand["worst_case"], sp.get("worst_case")), percent(cand["clean"], sp.get("clean"))
     base_txt = ""
     if base is not None:
         base_txt = (
-            f"{base['model']} (the baseline) keeps {_pct(base['worst_case'], sp.get('base_worst_case'))}"
+            f"{base['model']} (the baseline) keeps {percent(base['worst_case'], sp.get('base_worst_case'))}"
             + _paired_clause(cat)
         )
     category = cat["category"]
@@ -464,15 +448,19 @@ def _sentence(
 
 
 def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSettings) -> str:
-    noise, adv, low = _f(energy.get("noise")), _f(energy.get("pgd")), _f(energy.get("lowfreq_pgd"))
+    noise, adv, low = (
+        as_float(energy.get("noise")),
+        as_float(energy.get("pgd")),
+        as_float(energy.get("lowfreq_pgd")),
+    )
     if math.isnan(noise) or math.isnan(adv):
         return ""
     text = (
-        f"Sparsification in **{model}** removes {_pct(noise)} of a random perturbation's coefficient energy "
-        f"but {_pct(adv)} of an adversarial (PGD) one"
+        f"Sparsification in **{model}** removes {percent(noise)} of a random perturbation's coefficient energy "
+        f"but {percent(adv)} of an adversarial (PGD) one"
     )
     if not math.isnan(low):
-        text += f" and {_pct(low)} of the low-frequency attack's"
+        text += f" and {percent(low)} of the low-frequency attack's"
     if noise - adv >= settings.energy_gap:
         text += (
             ": the mechanism the source paper (Zhu & Soricut 2024) proposes filters noise, not adversarial "
@@ -575,10 +563,8 @@ def _judge_threat(
         if "seed_agreement" in cat:
             text += f" ({len(seeded)} training seeds, mean ± sd; category in {cat['seed_agreement']}"
             if "seed_diff_mean" in cat:
-                text += (
-                    f"; paired difference to the baseline {100 * cat['seed_diff_mean']:+.1f} ± "
-                    f"{100 * cat['seed_diff_sd']:.1f} points over the seeds"
-                )
+                diff = points(cat["seed_diff_mean"], cat["seed_diff_sd"])
+                text += f"; paired difference to the baseline {diff} over the seeds"
             text += ".)"
         grid_text, cat["masking_eps"] = _grid_sentence(runs, cand_name, base_name, threat, settings)
         out.paragraphs.append(f"{text} {grid_text}" if grid_text else text)
@@ -692,7 +678,9 @@ def _grid_sentence(
     )
 
     def series(model: str, col: str) -> list[float]:
-        return [_f(mean.loc[(model, e), col]) if (model, e) in mean.index else float("nan") for e in grid]
+        return [
+            as_float(mean.loc[(model, e), col]) if (model, e) in mean.index else float("nan") for e in grid
+        ]
 
     blocked, worst = series(cand, blocked_col), series(cand, "worst_case")
     masking_eps = [
@@ -701,14 +689,15 @@ def _grid_sentence(
     eps_txt = ", ".join(f"{e:.4g}" for e in grid)
     parts = []
     if not all(math.isnan(b) for b in blocked):
-        parts.append("blocked " + " / ".join(_pct(b) for b in blocked))
-    parts.append(f"worst case of {cand} " + " / ".join(_pct(w) for w in worst))
+        parts.append("blocked " + " / ".join(percent(b) for b in blocked))
+    parts.append(f"worst case of {cand} " + " / ".join(percent(w) for w in worst))
     if base is not None:
-        parts.append(f"worst case of {base} " + " / ".join(_pct(w) for w in series(base, "worst_case")))
+        parts.append(f"worst case of {base} " + " / ".join(percent(w) for w in series(base, "worst_case")))
     text = f"Across the {threat} grid (ε = {eps_txt}): " + "; ".join(parts) + "."
     if masking_eps:
         text += " Blocked-gradient robustness exceeds the worst case by at least "
-        text += f"{100 * settings.gap_tol:.0f} points at ε = {', '.join(f'{e:.4g}' for e in masking_eps)}."
+        text += f"{number(settings.gap_tol, scale=100.0, digits=0, unit=' points')} at ε = "
+        text += f"{', '.join(f'{e:.4g}' for e in masking_eps)}."
     return text, masking_eps
 
 

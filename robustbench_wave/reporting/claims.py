@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.io import atomic_write_text
-from robustbench_wave.reporting.markdown import diagnostics_failures, format_percent
+from robustbench_wave.reporting.markdown import diagnostics_failures
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
@@ -367,7 +368,7 @@ def _formatted(table: pd.DataFrame) -> pd.DataFrame:
                                           "diff", "ci_low", "ci_high", "a", "b", "accuracy", "acc_sd", "seed sd")
            or str(c).startswith("wb_")]  # fmt: skip
     for c in pct:
-        df[c] = [format_percent(v) for v in df[c]]
+        df[c] = [fmt.percent(v, missing=fmt.DASH) for v in df[c]]
     for c in [
         c
         for c in df.columns
