@@ -13,6 +13,7 @@ import pytest
 from robustbench_wave.analysis.formatting import DASH, as_float, interval, number, percent, points
 from robustbench_wave.analysis.verdict import (
     CLEAN_FLOOR_SHARE,
+    FILTERS_ADVERSARIAL,
     INCONCLUSIVE,
     MASKING,
     MAX_DIFF_CI_WIDTH,
@@ -22,9 +23,10 @@ from robustbench_wave.analysis.verdict import (
     categorize,
     claim_numbers,
     clean_floor,
+    judge,
     paired_worst_case,
-    verdict,
 )
+from robustbench_wave.reporting.verdict_text import render, verdict
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
 
 CHANCE = 0.25  # 4 classes
@@ -323,3 +325,25 @@ def test_the_one_number_formatter_against_hand_written_strings():
     assert number(0.9, 0.04, scale=100, pm=r" $\pm$ ", missing=DASH) == r"90.0 $\pm$ 4.0"
     assert number(123.456, 7.89, digits=0) == "123 ± 8" and number(float("nan"), 1.0) == "n/a"
     assert as_float(None) != as_float(None) and as_float(np.float64(0.25)) == 0.25  # NaN for None
+
+
+def test_judgement_holds_the_numbers_and_the_words_render_them():
+    """analysis.verdict.judge decides (categories, energy contrast, doubts); reporting only words them."""
+    robust = masking_spec(blocked=60, exact=60, bpda=60, square=60, transfer=60)
+    records = pd.concat([synthetic_records("w", robust), synthetic_records("p", baseline_spec(pgd=5))])
+    j = judge(
+        records,
+        num_classes=4,
+        threats=("Linf",),
+        energy={"w": {"noise": 0.2, "pgd": 0.8}, "p": {"noise": None, "pgd": 0.1}},
+        diagnostics_failures={"w": {"bpda": ["c", "c"], "blocked": []}, "p": {}},
+    )
+    assert j.categories == {"w@Linf": ROBUST} and j.caution == ["w"]
+    assert j.energy["w"].removes_more == FILTERS_ADVERSARIAL and "p" not in j.energy
+    assert j.diagnostics == {"w": {"bpda": ["c"]}}
+    assert not hasattr(j, "text")
+    v = render(j)
+    assert v.categories == j.categories and v.details == j.details
+    assert "it removes more of the adversarial perturbation than of noise" in v.text
+    assert v.headline.endswith("the diagnostics flag the evaluation of w outside blocked gradients, so this "
+                               "robustness may be overestimated.")  # fmt: skip

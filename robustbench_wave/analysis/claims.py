@@ -9,7 +9,7 @@ A claims report must be citable, so every verdict here is one of three words, :d
    MACs rank the measured step times, and halving the token width H saves more time than halving the token
    count T where T < H.
 3. :func:`robustness_claim` / :func:`attribution` -- "naturally resistant to adversarial attacks": the
-   categories of :func:`robustbench_wave.analysis.verdict.verdict` (called, not re-implemented), and where
+   categories of :func:`robustbench_wave.analysis.verdict.judge` (called, not re-implemented), and where
    the gap to the patch baseline comes from, along the chain of ablation models.
 4. :func:`tokenpool_claim` -- Token Pooling (Marin et al., WACV 2023) gives a better accuracy-compute
    trade-off than random selection, importance sampling, top-K pruning and grid pooling (a Pareto comparison).
@@ -91,6 +91,7 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     headline: bool = True  # shown in the short claims table (False: only in its section)
     commands: list[str] = field(default_factory=list)  # what produced the inputs (set by the reader)
+    judgement: vd.Judgement | None = None  # claim 3: the verdict behind it (put into words by reporting)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -370,16 +371,17 @@ def robustness_claim(
     num_classes: int,
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> list[Finding]:
-    """Claim 3 for one group of runs (one per training seed): :func:`verdict.verdict` on the wavelet-family
+    """Claim 3 for one group of runs (one per training seed): :func:`verdict.judge` on the wavelet-family
     models and the patch baseline; one finding per (candidate, threat), its category mapped by
-    :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted)."""
+    :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted). The
+    first finding carries the judgement, whose words the report shows beside it."""
     models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
     cands, base = claim3_models(models)
     if not cands:
         return []
     keep = [*cands, *([base] if base else [])]
     records = [r[r["model"].isin(keep)] for r in runs]
-    v = vd.verdict(
+    judgement = vd.judge(
         records,
         num_classes=num_classes,
         baseline=base,
@@ -387,19 +389,20 @@ def robustness_claim(
         diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
     )
     main = WAVELET if WAVELET in cands else cands[0]
+    numbers, details = judgement.numbers, judgement.details
     out: list[Finding] = []
-    for key, category in v.categories.items():
+    for key, category in judgement.categories.items():
         model, threat = key.split("@")
-        det = v.details.get(key, {})
-        rows = v.numbers[(v.numbers["threat"] == threat) & v.numbers["model"].isin([model, base])]
-        found = _robustness_finding(scope, model, threat, category, det, rows, "" if out else v.text)
+        rows = numbers[(numbers["threat"] == threat) & numbers["model"].isin([model, base])]
+        found = _robustness_finding(scope, model, threat, category, details.get(key, {}), rows)
         found.headline = model == main
+        found.judgement = None if out else judgement
         out.append(found)
     return out
 
 
 def _robustness_finding(
-    scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame, text: str
+    scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame
 ) -> Finding:
     gap, diff, ci = det.get("gap"), det.get("diff"), det.get("diff_ci")
     measured = f"{model} {threat}: blocked − worst {_pts(fmt.as_float(gap))}"
@@ -414,8 +417,7 @@ def _robustness_finding(
         reason += " (part of the blocked-gradient robustness is masking)"
     if det.get("seed_agreement"):
         reason += f"; {det['seed_agreement']}"
-    notes = [text] if text else []
-    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows, notes)
+    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows)
 
 
 def pooled_pairs(pairs: Sequence[PairedComparison]) -> PairedComparison:

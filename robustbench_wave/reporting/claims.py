@@ -29,6 +29,7 @@ from robustbench_wave.reporting.markdown import diagnostics_failures
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
+from robustbench_wave.reporting.verdict_text import render as render_verdict
 from robustbench_wave.training import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,9 @@ def _group_findings(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
     records, seeds, k = [r.records for r in group], _seeds(group), class_count(group)
     fails = diagnostics_failures(group)
     found = cl.robustness_claim(records, seeds, scope=scope, num_classes=k, diagnostics_failures=fails)
+    for f in found:
+        if f.judgement is not None:  # the verdict's words beside its first finding
+            f.notes.insert(0, render_verdict(f.judgement).text)
     for threat in ("Linf", "L2"):
         step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
         found += [step] if step else []

@@ -24,7 +24,7 @@ from robustbench_wave import __version__
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
-from robustbench_wave.analysis.verdict import Verdict, claim_numbers, verdict
+from robustbench_wave.analysis.verdict import claim_numbers
 from robustbench_wave.attacks import LOWFREQ_FAMILY
 from robustbench_wave.evaluation.metrics import default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -45,6 +45,7 @@ from robustbench_wave.reporting.tables import (
     markdown_table,
     seed_summary,
 )
+from robustbench_wave.reporting.verdict_text import Verdict, verdict
 
 log = logging.getLogger(__name__)
 
