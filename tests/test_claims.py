@@ -8,6 +8,7 @@ the analytic cost model written out by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -387,3 +388,30 @@ def test_cli_throughput_csv_decides_claim1_speed_and_bad_ones_are_refused(tmp_pa
 def test_spearman_handles_ties_and_constants():
     assert cl.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(cl.spearman([1, 1, 1], [1, 2, 3]))
+
+
+# ------------------------------------------------------------------------------------------------ the zoo table
+def test_renamed_zoo_models_change_the_table_not_the_finders():
+    """The finders read model names only from the ClaimModels table."""
+    renamed = {
+        "patch": "p0",
+        "patch-raw": "p1",
+        "wavelet-denseproj": "w2",
+        "wavelet-dense": "w3",
+        "wavelet": "w4",
+    }
+    records = _chain(46).assign(model=lambda d: d["model"].map(renamed))
+
+    def rename(step: cl.AblationStep) -> cl.AblationStep:
+        return dataclasses.replace(step, start=renamed[step.start], end=renamed[step.end])
+
+    zoo = dataclasses.replace(
+        cl.ZOO, candidate="w4", baseline="p0", family="w", chain=tuple(rename(s) for s in cl.ZOO.chain)
+    )
+    assert cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf") is None
+    f = cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    assert f is not None and f.verdict == cl.SUPPORTED and "sparsification step +46.0 pts" in f.reason
+    assert cl.claim3_models(["w4", "w3", "p0", "w4-tokenpool"], zoo) == (["w4", "w3"], "p0")
+    no_step = records[records["model"] != "w3"]
+    f = cl.attribution([no_step], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    assert f.reason == "w3 and w4 were not both attacked: the sparsification step is unmeasured"
