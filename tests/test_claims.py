@@ -8,6 +8,7 @@ the analytic cost model written out by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from robustbench_wave import report
 from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.reporting import claims as rc
 from robustbench_wave.training.checkpoint import spec_sha256
@@ -341,7 +343,7 @@ def test_missing_inputs_each_name_their_command():
     findings = rc.all_findings(rc.ClaimInputs(cost=_grid(lambda t, h: 1.0 * t * h)))
     for claim in (1, 3, 4, 5):
         (f,) = findings[claim]
-        assert f.verdict == cl.INCONCLUSIVE and f"run `{rc.MEASURE[claim][0]}`" in f.reason
+        assert f.verdict == cl.INCONCLUSIVE and f"run `{rc.CLAIMS[claim].command}`" in f.reason
 
 
 def test_cli_refuses_a_missing_run_folder_in_one_line_and_writes_nothing(tmp_path, capsys):
@@ -387,3 +389,70 @@ def test_cli_throughput_csv_decides_claim1_speed_and_bad_ones_are_refused(tmp_pa
 def test_spearman_handles_ties_and_constants():
     assert cl.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(cl.spearman([1, 1, 1], [1, 2, 3]))
+
+
+# ------------------------------------------------------------------------------------------------ the registry
+def test_registry_holds_claims_1_to_5_in_order_with_every_field():
+    assert list(rc.CLAIMS) == [1, 2, 3, 4, 5]
+    for number, claim in rc.CLAIMS.items():
+        assert claim.number == number
+        for name in ("title", "short", "source", "command", "then", "rule"):
+            assert isinstance(getattr(claim, name), str) and getattr(claim, name).strip(), (number, name)
+        assert claim.needs in (rc.TRAIN, rc.COST, rc.RUNS) and callable(claim.finder)
+        assert "{" not in claim.rule_text()  # every placeholder is one of rule_values()
+        assert claim.finder(rc.ClaimInputs()) == []  # nothing given: nothing found, not a crash
+    with pytest.raises(ValueError, match="unknown claim input"):
+        rc.ClaimInputs().has("checkpoints")
+
+
+def test_claim5_rule_states_the_constant_the_analysis_decides_with(monkeypatch):
+    assert "narrow interval (≤ 20 points)" in rc.CLAIMS[5].rule_text()
+    assert f"(α = {cl.ALPHA})" in rc.CLAIMS[5].rule_text()
+    # exact keeps 6, BPDA 4 of 20 examples (nested): p = 0.5 and an interval 34 points wide
+    wide = [_pooled_model(6, 4, n=20)]
+    (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
+    assert f.verdict == cl.INCONCLUSIVE
+    monkeypatch.setattr(vd, "MAX_DIFF_CI_WIDTH", 0.35)
+    assert "narrow interval (≤ 35 points)" in rc.CLAIMS[5].rule_text()
+    (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
+    assert f.verdict == cl.NOT_SUPPORTED  # the rule and the decision moved together
+    monkeypatch.setattr(cl, "MIN_SEEDS", 5)
+    assert "at least 5 seeds" in rc.CLAIMS[1].rule_text()
+
+
+def test_claims_report_takes_titles_rules_and_commands_from_the_registry(monkeypatch):
+    inputs = rc.ClaimInputs(cost=_grid(lambda t, h: 1e-9 * cl.predicted_body_macs(t, h)))
+    monkeypatch.setitem(
+        rc.CLAIMS, 2, dataclasses.replace(rc.CLAIMS[2], title="T2", short="S2", rule="R {alpha}")
+    )
+    text = rc.render_claims(inputs, rc.all_findings(inputs), {})
+    assert f"## 2. T2\n\n_Source: {rc.CLAIMS[2].source}._ Rule: R {cl.ALPHA}" in text
+    assert "| 2. S2 |" in text
+    assert f"run `{rc.CLAIMS[4].command}`{rc.CLAIMS[4].then}" in text  # claim 4 not measured: its command
+
+
+# ------------------------------------------------------------------------------------------------ the zoo table
+def test_renamed_zoo_models_change_the_table_not_the_finders():
+    """The finders read model names only from the ClaimModels table."""
+    renamed = {
+        "patch": "p0",
+        "patch-raw": "p1",
+        "wavelet-denseproj": "w2",
+        "wavelet-dense": "w3",
+        "wavelet": "w4",
+    }
+    records = _chain(46).assign(model=lambda d: d["model"].map(renamed))
+
+    def rename(step: cl.AblationStep) -> cl.AblationStep:
+        return dataclasses.replace(step, start=renamed[step.start], end=renamed[step.end])
+
+    zoo = dataclasses.replace(
+        cl.ZOO, candidate="w4", baseline="p0", family="w", chain=tuple(rename(s) for s in cl.ZOO.chain)
+    )
+    assert cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf") is None
+    f = cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    assert f is not None and f.verdict == cl.SUPPORTED and "sparsification step +46.0 pts" in f.reason
+    assert cl.claim3_models(["w4", "w3", "p0", "w4-tokenpool"], zoo) == (["w4", "w3"], "p0")
+    no_step = records[records["model"] != "w3"]
+    f = cl.attribution([no_step], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    assert f.reason == "w3 and w4 were not both attacked: the sparsification step is unmeasured"

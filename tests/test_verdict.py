@@ -6,11 +6,14 @@ them, ``Verdict.details``) and only then that the prose renders those numbers.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from robustbench_wave.analysis.formatting import DASH, as_float, interval, number, percent, points
 from robustbench_wave.analysis.verdict import (
     CLEAN_FLOOR_SHARE,
+    FILTERS_ADVERSARIAL,
     INCONCLUSIVE,
     MASKING,
     MAX_DIFF_CI_WIDTH,
@@ -20,9 +23,10 @@ from robustbench_wave.analysis.verdict import (
     categorize,
     claim_numbers,
     clean_floor,
+    judge,
     paired_worst_case,
-    verdict,
 )
+from robustbench_wave.reporting.verdict_text import render, verdict
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
 
 CHANCE = 0.25  # 4 classes
@@ -306,3 +310,40 @@ def test_seed_level_spread_of_the_paired_difference():
     assert d["seed_diff_mean"] == pytest.approx(0.55) and d["seed_diff_sd"] == pytest.approx(0.10)
     assert d["n_paired"] == 300  # the pooled table: every seed's examples
     assert "paired difference to the baseline +55.0 ± 10.0 points over the seeds" in v.text
+
+
+# ------------------------------------------------------------------------------------------------ numbers in words
+def test_the_one_number_formatter_against_hand_written_strings():
+    assert percent(0.123) == "12.3%" and percent(0.9, 0.02) == "90.0 ± 2.0%"
+    assert percent(0.9, float("nan")) == "90.0%" and percent(0.9, None) == "90.0%"  # no spread, no '±'
+    assert percent(None) == "n/a" and percent(float("nan")) == "n/a" and percent("x", missing=DASH) == "--"
+    assert percent(0.12345, digits=2, unit="", missing="") == "12.35" and percent(None, missing="") == ""
+    assert points(0.15) == "+15.0 points" and points(-0.01, unit=" pts") == "-1.0 pts"
+    assert points(0.55, 0.1) == "+55.0 ± 10.0 points" and points(None, unit=" pts") == "n/a"
+    assert interval(-0.069, 0.271) == "[-6.9, +27.1]"
+    assert number(0.2, scale=100, digits=0, unit=" points") == "20 points"
+    assert number(0.9, 0.04, scale=100, pm=r" $\pm$ ", missing=DASH) == r"90.0 $\pm$ 4.0"
+    assert number(123.456, 7.89, digits=0) == "123 ± 8" and number(float("nan"), 1.0) == "n/a"
+    assert as_float(None) != as_float(None) and as_float(np.float64(0.25)) == 0.25  # NaN for None
+
+
+def test_judgement_holds_the_numbers_and_the_words_render_them():
+    """analysis.verdict.judge decides (categories, energy contrast, doubts); reporting only words them."""
+    robust = masking_spec(blocked=60, exact=60, bpda=60, square=60, transfer=60)
+    records = pd.concat([synthetic_records("w", robust), synthetic_records("p", baseline_spec(pgd=5))])
+    j = judge(
+        records,
+        num_classes=4,
+        threats=("Linf",),
+        energy={"w": {"noise": 0.2, "pgd": 0.8}, "p": {"noise": None, "pgd": 0.1}},
+        diagnostics_failures={"w": {"bpda": ["c", "c"], "blocked": []}, "p": {}},
+    )
+    assert j.categories == {"w@Linf": ROBUST} and j.caution == ["w"]
+    assert j.energy["w"].removes_more == FILTERS_ADVERSARIAL and "p" not in j.energy
+    assert j.diagnostics == {"w": {"bpda": ["c"]}}
+    assert not hasattr(j, "text")
+    v = render(j)
+    assert v.categories == j.categories and v.details == j.details
+    assert "it removes more of the adversarial perturbation than of noise" in v.text
+    assert v.headline.endswith("the diagnostics flag the evaluation of w outside blocked gradients, so this "
+                               "robustness may be overestimated.")  # fmt: skip

@@ -9,7 +9,7 @@ A claims report must be citable, so every verdict here is one of three words, :d
    MACs rank the measured step times, and halving the token width H saves more time than halving the token
    count T where T < H.
 3. :func:`robustness_claim` / :func:`attribution` -- "naturally resistant to adversarial attacks": the
-   categories of :func:`robustbench_wave.analysis.verdict.verdict` (called, not re-implemented), and where
+   categories of :func:`robustbench_wave.analysis.verdict.judge` (called, not re-implemented), and where
    the gap to the patch baseline comes from, along the chain of ablation models.
 4. :func:`tokenpool_claim` -- Token Pooling (Marin et al., WACV 2023) gives a better accuracy-compute
    trade-off than random selection, importance sampling, top-K pruning and grid pooling (a Pareto comparison).
@@ -17,7 +17,8 @@ A claims report must be citable, so every verdict here is one of three words, :d
    exact vs straight-through (BPDA) gradients on the same examples.
 
 Each returns :class:`Finding` rows (one per data set, run or model) with the numbers behind them; the
-Markdown is rendered by :mod:`robustbench_wave.reporting.claims`.
+models they compare are named once, in :data:`ZOO`. Each claim's title, rule and measuring command and the
+Markdown are :mod:`robustbench_wave.reporting.claims`'s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
@@ -57,22 +59,62 @@ RANK_RHO = 0.9
 RATIO_TOL = 0.05
 """Two measured time ratios closer than this are a tie (the harness's medians move about this much)."""
 
-PATCH, WAVELET = "patch", "wavelet"
-#: The ablation chain from the patch baseline to the wavelet model: (from, to, what changes). The steps'
-#: paired differences add up to wavelet minus patch (each step's difference is to minus from).
-ABLATION_CHAIN = (
-    ("patch", "patch-raw", "input normalisation (patch without input standardisation)"),
-    ("patch-raw", "wavelet-denseproj", "rotation / level shift (db1 DWT with a dense projection)"),
-    ("wavelet-denseproj", "wavelet-dense", "block-sparse projection"),
-    ("wavelet-dense", "wavelet", "sparsification"),
+
+@dataclass(frozen=True)
+class AblationStep:
+    """Two zoo models that differ in one thing (``change``); its paired difference is ``end`` minus
+    ``start``."""
+
+    start: str
+    end: str
+    change: str
+
+
+@dataclass(frozen=True)
+class ClaimModels:
+    """The zoo models (``models/*.toml``) the claims are about, by name: the one place the finders read
+    model names from.
+
+    The source papers' claims compare particular models -- the wavelet tokenizer with the patch baseline,
+    the ablation chain between them, the Token Pooling models -- so their finders must know which is which.
+    A spec cannot carry that role (its bytes are hashed into the trained checkpoints), so the roles are
+    declared here, and a renamed or added zoo model changes this table, not a finder.
+    """
+
+    candidate: str  # claim 1's candidate, claim 3's headline candidate
+    baseline: str  # the patch baseline of claims 1 and 3 (and the start of the ablation chain)
+    family: str  # claim 3's candidates: every model whose name starts with this ...
+    pooled_marker: str  # ... except those whose name holds this: Token Pooling models (claim 5)
+    chain: tuple[AblationStep, ...]  # baseline -> candidate; the steps' differences add up to the gap
+    extra: tuple[AblationStep, ...]  # reported beside the chain when attacked (not part of the sum)
+    mechanism: str  # the chain step the source paper's mechanism is (claim 3's attribution tests it)
+
+    def mechanism_step(self) -> AblationStep:
+        return next(s for s in self.chain if s.change == self.mechanism)
+
+
+ZOO = ClaimModels(
+    candidate="wavelet",
+    baseline="patch",
+    family="wavelet",
+    pooled_marker="tokenpool",
+    chain=(
+        AblationStep("patch", "patch-raw", "input normalisation (patch without input standardisation)"),
+        AblationStep(
+            "patch-raw", "wavelet-denseproj", "rotation / level shift (db1 DWT with a dense projection)"
+        ),
+        AblationStep("wavelet-denseproj", "wavelet-dense", "block-sparse projection"),
+        AblationStep("wavelet-dense", "wavelet", "sparsification"),
+    ),
+    extra=(
+        AblationStep(
+            "wavelet-denseproj", "wavelet-denseproj-sparse", "sparsification with a dense projection"
+        ),
+        AblationStep("wavelet-denseproj-sparse", "wavelet", "block-sparse projection with sparsification"),
+        AblationStep("wavelet", "wavelet-coif1", "wavelet family (db1 -> coif1)"),
+    ),
+    mechanism="sparsification",
 )
-#: Steps reported beside the chain when their models were attacked (not part of the sum).
-ABLATION_EXTRA = (
-    ("wavelet-denseproj", "wavelet-denseproj-sparse", "sparsification with a dense projection"),
-    ("wavelet-denseproj-sparse", "wavelet", "block-sparse projection with sparsification"),
-    ("wavelet", "wavelet-coif1", "wavelet family (db1 -> coif1)"),
-)
-SPARSIFICATION_STEP = "sparsification"
 CLUSTERING = ("kmeans", "weighted-kmeans", "kmedoids", "weighted-kmedoids")
 POOL_BASELINES = ("random", "importance", "topk", "grid")
 
@@ -90,6 +132,7 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     headline: bool = True  # shown in the short claims table (False: only in its section)
     commands: list[str] = field(default_factory=list)  # what produced the inputs (set by the reader)
+    judgement: vd.Judgement | None = None  # claim 3: the verdict behind it (put into words by reporting)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -97,25 +140,14 @@ class Finding:
 
 
 def _pts(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:+.1f} pts"
-
-
-def _ci(lo: float, hi: float) -> str:
-    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
-
-
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+    """A difference of accuracies in the claims' short unit, 'pts'."""
+    return fmt.points(x, unit=" pts")
 
 
 def mean_sd(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
     """'m ± sd' (sd over seeds, ddof 1; just 'm' for one value)."""
     s = seed_spread(list(values))
-    if s.n_seeds == 0:
-        return "n/a"
-    if s.n_seeds == 1:
-        return f"{scale * s.mean:.{digits}f}"
-    return f"{scale * s.mean:.{digits}f} ± {scale * s.sd:.{digits}f}"
+    return fmt.number(s.mean, s.sd, scale=scale, digits=digits)
 
 
 # ------------------------------------------------------------------------------------------------ claim 1
@@ -142,8 +174,8 @@ def _direction(diffs: pd.Series) -> str:
 
 def tokenizer_claim(
     runs: pd.DataFrame,
-    cand: str = WAVELET,
-    base: str = PATCH,
+    cand: str = ZOO.candidate,
+    base: str = ZOO.baseline,
     speedups: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Claim 1, per data set: ``cand`` vs ``base`` test accuracy and training throughput, paired by seed.
@@ -365,11 +397,11 @@ VERDICT_MAP = {
 }
 
 
-def claim3_models(models: Sequence[str]) -> tuple[list[str], str | None]:
-    """(wavelet-family candidates, baseline) by name: the candidates are the ``wavelet*`` models without
-    Token Pooling, the baseline ``patch`` when attacked (None: the verdict's own roles decide)."""
-    cands = [m for m in models if m.startswith(WAVELET) and "tokenpool" not in m]
-    return cands, (PATCH if PATCH in models else None)
+def claim3_models(models: Sequence[str], zoo: ClaimModels = ZOO) -> tuple[list[str], str | None]:
+    """(wavelet-family candidates, baseline) by name (:data:`ZOO`): the candidates are the family's
+    models without Token Pooling, the baseline when attacked (None: the verdict's own roles decide)."""
+    cands = [m for m in models if m.startswith(zoo.family) and zoo.pooled_marker not in m]
+    return cands, (zoo.baseline if zoo.baseline in models else None)
 
 
 def robustness_claim(
@@ -379,42 +411,47 @@ def robustness_claim(
     scope: str,
     num_classes: int,
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    zoo: ClaimModels = ZOO,
 ) -> list[Finding]:
-    """Claim 3 for one group of runs (one per training seed): :func:`verdict.verdict` on the wavelet-family
+    """Claim 3 for one group of runs (one per training seed): :func:`verdict.judge` on the wavelet-family
     models and the patch baseline; one finding per (candidate, threat), its category mapped by
-    :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted)."""
+    :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted). The
+    first finding carries the judgement, whose words the report shows beside it."""
     models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
-    cands, base = claim3_models(models)
+    cands, base = claim3_models(models, zoo)
     if not cands:
         return []
     keep = [*cands, *([base] if base else [])]
     records = [r[r["model"].isin(keep)] for r in runs]
-    v = vd.verdict(
+    judgement = vd.judge(
         records,
         num_classes=num_classes,
         baseline=base,
         seeds=seeds,
         diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
     )
-    main = WAVELET if WAVELET in cands else cands[0]
+    main = zoo.candidate if zoo.candidate in cands else cands[0]
+    numbers, details = judgement.numbers, judgement.details
     out: list[Finding] = []
-    for key, category in v.categories.items():
+    for key, category in judgement.categories.items():
         model, threat = key.split("@")
-        det = v.details.get(key, {})
-        rows = v.numbers[(v.numbers["threat"] == threat) & v.numbers["model"].isin([model, base])]
-        found = _robustness_finding(scope, model, threat, category, det, rows, "" if out else v.text)
+        rows = numbers[(numbers["threat"] == threat) & numbers["model"].isin([model, base])]
+        found = _robustness_finding(scope, model, threat, category, details.get(key, {}), rows)
         found.headline = model == main
+        found.judgement = None if out else judgement
         out.append(found)
     return out
 
 
 def _robustness_finding(
-    scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame, text: str
+    scope: str, model: str, threat: str, category: str, det: Mapping[str, Any], rows: pd.DataFrame
 ) -> Finding:
     gap, diff, ci = det.get("gap"), det.get("diff"), det.get("diff_ci")
-    measured = f"{model} {threat}: blocked − worst {_pts(_nan(gap))}"
+    measured = f"{model} {threat}: blocked − worst {_pts(fmt.as_float(gap))}"
     if diff is not None:
-        measured += f"; worst case − baseline {_pts(diff)} {_ci(ci[0], ci[1])}, p = {det['p_value']:.2g}"
+        measured += (
+            f"; worst case − baseline {_pts(diff)} {fmt.interval(ci[0], ci[1])}, p = {det['p_value']:.2g}"
+        )
     reason = f"verdict category '{category}'"
     if det.get("inconclusive_reason"):
         reason += f": {det['inconclusive_reason']}"
@@ -422,12 +459,7 @@ def _robustness_finding(
         reason += " (part of the blocked-gradient robustness is masking)"
     if det.get("seed_agreement"):
         reason += f"; {det['seed_agreement']}"
-    notes = [text] if text else []
-    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows, notes)
-
-
-def _nan(x: Any) -> float:
-    return math.nan if x is None else float(x)
+    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows)
 
 
 def pooled_pairs(pairs: Sequence[PairedComparison]) -> PairedComparison:
@@ -447,7 +479,13 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def attribution(
-    runs: Sequence[pd.DataFrame], seeds: Sequence[int], *, scope: str, num_classes: int, threat: str
+    runs: Sequence[pd.DataFrame],
+    seeds: Sequence[int],
+    *,
+    scope: str,
+    num_classes: int,
+    threat: str,
+    zoo: ClaimModels = ZOO,
 ) -> Finding | None:
     """Where the wavelet model's gap to the patch baseline comes from, at ``threat``'s reference budget:
     each ablation step's paired worst-case difference (to minus from, seeds' tables pooled; seed spread
@@ -456,23 +494,24 @@ def attribution(
     positive; not supported when it is significantly negative or not significant with a narrow interval
     (:data:`verdict.MAX_DIFF_CI_WIDTH`); inconclusive otherwise, or when a model is under the clean floor."""
     models = set.intersection(*(set(r["model"]) for r in runs))
-    steps = [s for s in (*ABLATION_CHAIN, *ABLATION_EXTRA) if s[0] in models and s[1] in models]
+    steps = [s for s in (*zoo.chain, *zoo.extra) if s.start in models and s.end in models]
     eps = reference_eps(runs[0], threat)
     if len(steps) < 1 or eps is None:
         return None
-    rows = [_step_row(runs, a, b, what, threat, eps) for a, b, what in steps]
+    rows = [_step_row(runs, s, threat, eps) for s in steps]
     for row, p in zip(rows, holm([r["p"] for r in rows])):
         row["p (Holm)"] = p
         row["significant"] = bool(p < ALPHA)
     table = pd.DataFrame(rows)
-    low = _below_floor(runs, sorted({m for s in steps for m in s[:2]}), threat, eps, num_classes)
-    verdict, reason = _attribution_verdict(table, low)
+    low = _below_floor(runs, sorted({m for s in steps for m in (s.start, s.end)}), threat, eps, num_classes)
+    verdict, reason = _attribution_verdict(table, low, zoo)
     sig = [r["step"] for r in rows if r["significant"]]
     measured = "significant steps: " + (", ".join(sig) if sig else "none")
     return Finding(3, f"{scope} · attribution · {threat} ε = {eps:.4g}", measured, verdict, reason, table)
 
 
-def _step_row(runs: Sequence[pd.DataFrame], a: str, b: str, what: str, threat: str, eps: float) -> dict:
+def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps: float) -> dict:
+    a, b = step.start, step.end
     per_seed = [
         paired_comparison(
             robust_flags(r[r["model"] == b], threat, eps), robust_flags(r[r["model"] == a], threat, eps)
@@ -482,7 +521,7 @@ def _step_row(runs: Sequence[pd.DataFrame], a: str, b: str, what: str, threat: s
     pooled = pooled_pairs(per_seed)
     spread = seed_spread([p.diff for p in per_seed])
     return {
-        "step": what,
+        "step": step.change,
         "from": a,
         "to": b,
         "n": pooled.n,
@@ -502,20 +541,22 @@ def _below_floor(
     floor = vd.clean_floor(k)
     nums = pd.concat([vd.claim_numbers(r, threat=threat, eps=eps) for r in runs])
     clean = nums.groupby("model")["clean"].mean()
-    return [f"{m} ({_pct(clean[m])})" for m in models if m in clean and clean[m] < floor]
+    return [f"{m} ({fmt.percent(clean[m])})" for m in models if m in clean and clean[m] < floor]
 
 
-def _attribution_verdict(table: pd.DataFrame, low: Sequence[str]) -> tuple[str, str]:
+def _attribution_verdict(table: pd.DataFrame, low: Sequence[str], zoo: ClaimModels) -> tuple[str, str]:
     if low:
         return INCONCLUSIVE, f"clean accuracy under the floor: {', '.join(low)}"
-    step = table[table["step"] == SPARSIFICATION_STEP]
+    step = table[table["step"] == zoo.mechanism]
     if step.empty:
+        s = zoo.mechanism_step()
         return (
             INCONCLUSIVE,
-            "wavelet-dense and wavelet were not both attacked: the sparsification step is unmeasured",
+            f"{s.start} and {s.end} were not both attacked: the {s.change} step is unmeasured",
         )
     r = step.iloc[0]
-    where = f"sparsification step {_pts(r['diff'])} {_ci(r['ci_low'], r['ci_high'])}, Holm p = {r['p (Holm)']:.2g}"
+    diff = f"{_pts(r['diff'])} {fmt.interval(r['ci_low'], r['ci_high'])}"
+    where = f"{zoo.mechanism} step {diff}, Holm p = {r['p (Holm)']:.2g}"
     if r["significant"]:
         return (SUPPORTED if r["diff"] > 0 else NOT_SUPPORTED), where
     if r["ci_high"] - r["ci_low"] <= vd.MAX_DIFF_CI_WIDTH:
@@ -606,13 +647,14 @@ def assignment_masking_claim(
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     threats: Sequence[str] = ("Linf", "L2"),
     pooled: Collection[str] = (),
+    zoo: ClaimModels = ZOO,
 ) -> list[Finding]:
     """Claim 5 per Token Pooling model and threat: exact minus BPDA robust accuracy at the reference budget
     (pooled over the group's runs). Masking at the assignment = exact significantly above BPDA (supported);
     not supported when not significant with a narrow interval or significantly below; else inconclusive.
     Token Pooling models: those named in ``pooled`` (their specs have a ``[tokenpool]`` table) and any
-    model whose name says ``tokenpool``."""
-    models = sorted({m for r in runs for m in r["model"].unique() if "tokenpool" in m or m in pooled})
+    model whose name holds :attr:`ClaimModels.pooled_marker`."""
+    models = sorted({m for r in runs for m in r["model"].unique() if zoo.pooled_marker in m or m in pooled})
     out = []
     for model, threat in [(m, t) for m in models for t in threats]:
         rows = [r[r["model"] == model] for r in runs]
@@ -629,7 +671,7 @@ def assignment_masking_claim(
         notes = [f"diagnostics: failed {', '.join(v)} under {k}" for k, v in sorted(fails.items()) if v] or (
             ["diagnostics: every check passed"] if model in (diagnostics_failures or {}) else []
         )
-        measured = f"exact − BPDA {_pts(p.diff)} {_ci(p.ci_low, p.ci_high)}, p = {p.p_value:.2g}"
+        measured = f"exact − BPDA {_pts(p.diff)} {fmt.interval(p.ci_low, p.ci_high)}, p = {p.p_value:.2g}"
         out.append(
             Finding(
                 5, f"{scope} · {model} · {threat} ε = {eps:.4g}", measured, *_masking_verdict(p), table, notes

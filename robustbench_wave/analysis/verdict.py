@@ -6,15 +6,17 @@ autograd, BPDA; Athalye et al. 2018), gradient-free attacks (Square) and transfe
 case over all of them (Croce & Hein 2020) -- and exceeds that of a patch-tokenizer baseline evaluated the
 same way (Carlini et al. 2019).
 
-Everything here is computed from per-example records in three layers: :func:`claim_numbers` (accuracies
-from :mod:`robustbench_wave.evaluation.metrics`), :func:`categorize` (a category from those numbers and the
-paired comparison of candidate and baseline on the same examples: the exact McNemar test on the discordant
-pairs and Newcombe's interval of the difference, :func:`metrics.paired_comparison`) and the prose, which
-only renders numbers and categories. No verdict is given on a model not worth attacking (clean accuracy
-under :func:`clean_floor`) or when the comparison cannot decide (:data:`MAX_DIFF_CI_WIDTH`): the category
-is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
-role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
-candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+Everything here is computed from per-example records in two layers: :func:`claim_numbers` (accuracies
+from :mod:`robustbench_wave.evaluation.metrics`) and :func:`categorize` (a category from those numbers and
+the paired comparison of candidate and baseline on the same examples: the exact McNemar test on the
+discordant pairs and Newcombe's interval of the difference, :func:`metrics.paired_comparison`);
+:func:`judge` gathers them, with the energy and diagnostics findings, into a :class:`Judgement`. The words
+are :mod:`robustbench_wave.reporting.verdict_text`'s, which renders a judgement and decides nothing. No
+verdict is given on a model not worth attacking (clean accuracy under :func:`clean_floor`) or when the
+comparison cannot decide (:data:`MAX_DIFF_CI_WIDTH`): the category is then :data:`INCONCLUSIVE`, with the
+reason. Model *names* are only labels in the text. A model's role follows its measurements: models
+evaluated under several gradient modes (a fixed front-end) are the candidates, models evaluated only with
+exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
@@ -117,24 +120,74 @@ def clean_floor(num_classes: int, share: float = CLEAN_FLOOR_SHARE) -> float:
     return chance + share * (1.0 - chance)
 
 
+@dataclass(frozen=True)
+class GridNumbers:
+    """One candidate's blocked white-box and worst-case accuracy (and the baseline's worst case) at every
+    budget of a threat's grid, averaged over runs, and the budgets where blocked gradients show masking."""
+
+    threat: str
+    candidate: str
+    baseline: str | None
+    eps: list[float]
+    blocked: list[float]
+    worst: list[float]
+    base_worst: list[float]
+    masking_eps: list[float]
+
+
+@dataclass(frozen=True)
+class CandidateJudgement:
+    """One candidate at one threat's budget: its numbers (mean over seeds), the baseline's, everything
+    :func:`categorize` found (``facts``), the spread over seeds and the grid."""
+
+    key: str  # "<model>@<threat>"
+    cand: dict[str, Any]
+    base: dict[str, Any] | None
+    facts: dict[str, Any]
+    spread: dict[str, Any] | None
+    n_seeds: int
+    grid: GridNumbers | None
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The facts as ``verdict.json`` saves them (NaN as None)."""
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.facts.items()}
+
+
+#: What sparsification removes more of, by :attr:`VerdictSettings.energy_gap` (:func:`energy_contrast`).
+FILTERS_NOISE, FILTERS_ADVERSARIAL, FILTERS_ALIKE = "noise", "adversarial", "alike"
+
+
+@dataclass(frozen=True)
+class EnergyContrast:
+    """The mean share of coefficient energy sparsification removes from random noise, a PGD perturbation
+    and the low-frequency attack's (NaN when not measured), and which of the first two loses more."""
+
+    noise: float
+    adversarial: float
+    lowfreq: float
+    removes_more: str
+
+
 @dataclass
-class Verdict:
-    """Plain-words verdict (Markdown paragraphs), per-model categories and the numbers behind them."""
+class Judgement:
+    """The verdict's numbers and decisions: per-candidate categories and the facts behind them, the energy
+    contrasts, the failed diagnostics and the models whose claimed robustness they put in doubt."""
 
-    text: str
-    categories: dict[str, str]
     numbers: pd.DataFrame
-    headline: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+    candidates: list[CandidateJudgement]
+    energy: dict[str, EnergyContrast]
+    diagnostics: dict[str, dict[str, list[str]]]
+    caution: list[str]
+    settings: VerdictSettings
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "headline": self.headline,
-            "text": self.text,
-            "categories": self.categories,
-            "numbers": self.numbers.replace({np.nan: None}).to_dict(orient="records"),
-            "details": self.details,
-        }
+    @property
+    def categories(self) -> dict[str, str]:
+        return {c.key: c.facts["category"] for c in self.candidates}
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {c.key: c.details for c in self.candidates}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -197,10 +250,6 @@ def claim_numbers(
     return pd.DataFrame(rows_out, columns=list(_COLUMNS))
 
 
-def _f(value: Any) -> float:
-    return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 def paired_worst_case(
     records: pd.DataFrame, cand: str, base: str, threat: str, eps: float
 ) -> PairedComparison | None:
@@ -241,12 +290,12 @@ def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple
 # --------------------------------------------------------------------------------------------------------
 def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float) -> str:
     """Why ``row``'s model is not worth attacking, or "" when it is."""
-    clean = _f(row.get("clean"))
+    clean = as_float(row.get("clean"))
     if math.isnan(clean) or clean >= floor:
         return ""
     return (
-        f"the {role} {row['model']}'s clean accuracy {_pct(clean)} is below the floor of {_pct(floor)} "
-        f"(chance {_pct(chance)} plus a third of the way to 100%): a model that has barely learned the task "
+        f"the {role} {row['model']}'s clean accuracy {percent(clean)} is below the floor of {percent(floor)} "
+        f"(chance {percent(chance)} plus a third of the way to 100%): a model that has barely learned the task "
         "tests no robustness claim"
     )
 
@@ -284,8 +333,8 @@ def categorize(
     neither significant nor narrow (interval wider than ``max_ci_width``). Masking is a finding about the
     candidate alone and stands; an undecided comparison is then noted as ``comparison = "inconclusive"``.
     """
-    worst = _f(cand["worst_case"])
-    blocked = _f(cand.get(wb_column(GradMode.BLOCKED)))
+    worst = as_float(cand["worst_case"])
+    blocked = as_float(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
     masking = not math.isnan(gap) and gap >= settings.gap_tol
     out: dict[str, Any] = {"gap": gap, "masking": masking, "above_baseline": None}
@@ -313,15 +362,19 @@ def categorize(
         out["category"] = NOT_ROBUST
     else:
         out.update(
-            category=INCONCLUSIVE,
-            inconclusive_reason=(
-                f"the paired difference to {base['model']} is {_points(paired.diff)} with 95% interval "
-                f"{_interval(paired)}, wider than {100 * settings.max_ci_width:.0f} points, and the exact "
-                f"McNemar test is not significant (p = {paired.p_value:.2g}, {paired.n} examples): attack "
-                "more examples"
-            ),
+            category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, settings)
         )
     return out
+
+
+def _undecided(base: str, paired: PairedComparison, settings: VerdictSettings) -> str:
+    """Why a comparison that is neither significant nor narrow decides nothing."""
+    width = number(settings.max_ci_width, scale=100.0, digits=0, unit=" points")
+    return (
+        f"the paired difference to {base} is {points(paired.diff)} with 95% interval "
+        f"{interval(paired.ci_low, paired.ci_high)}, wider than {width}, and the exact McNemar test is not "
+        f"significant (p = {paired.p_value:.2g}, {paired.n} examples): attack more examples"
+    )
 
 
 def _seed_majority(
@@ -348,198 +401,14 @@ def _seed_majority(
 
 
 # --------------------------------------------------------------------------------------------------------
-# prose (renders numbers and categories; decides nothing)
-# --------------------------------------------------------------------------------------------------------
-def _pct(value: Any, spread: Any = None) -> str:
-    v = _f(value)
-    if math.isnan(v):
-        return "n/a"
-    if spread is not None and not math.isnan(_f(spread)):
-        return f"{100 * v:.1f} ± {100 * _f(spread):.1f}%"
-    return f"{100 * v:.1f}%"
-
-
-def _points(diff: float) -> str:
-    """A difference of accuracies in percentage points, signed."""
-    return f"{100 * diff:+.1f} points"
-
-
-def _interval(paired: PairedComparison) -> str:
-    return f"[{100 * paired.ci_low:+.1f}, {100 * paired.ci_high:+.1f}]"
-
-
-def _paired_clause(cat: Mapping[str, Any]) -> str:
-    """The paired comparison behind a category, in words ("" without one)."""
-    if cat.get("n_paired") is None:
-        return ""
-    lo, hi = cat["diff_ci"]
-    d = cat["discordant"]
-    return (
-        f" (paired on {cat['n_paired']} examples: difference {_points(cat['diff'])}, 95% interval "
-        f"[{100 * lo:+.1f}, {100 * hi:+.1f}]; {d['only_candidate']} examples survive only in the candidate, "
-        f"{d['only_baseline']} only in the baseline, exact McNemar p = {cat['p_value']:.2g})"
-    )
-
-
-_OTHER_ATTACKS = (
-    (wb_column(GradMode.EXACT), "exact gradients"),
-    (wb_column(GradMode.BPDA), "BPDA"),
-    ("gradient_free", "Square"),
-    ("transfer", "transfer"),
-    ("lowfreq", "low-frequency PGD"),
-)
-
-
-def _under(cand: Mapping[str, Any], sp: Mapping[str, Any]) -> str:
-    """The attacks other than blocked white-box, with their accuracies."""
-    parts = []
-    for key, label in _OTHER_ATTACKS:
-        if not math.isnan(_f(cand.get(key))):
-            if key == "lowfreq" and cand.get("lowfreq_alone") is False:
-                label = "suite + low-frequency PGD"
-            parts.append(f"{label} {_pct(cand[key], sp.get(key))}")
-    return "; ".join(parts) if parts else "no other attack"
-
-
-def _masking_sentence(
-    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
-) -> str:
-    text = (
-        f"Under blocked gradients **{cand['model']}** keeps {_pct(cand.get(wb_column(GradMode.BLOCKED)), sp.get(wb_column(GradMode.BLOCKED)))} "
-        f"at {where} (clean {_pct(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
-        f"bypass the front-end ({_under(cand, sp)}) its per-example worst case falls to "
-        f"**{_pct(cand['worst_case'], sp.get('worst_case'))}** — "
-    )
-    if cat["category"] == MASKING_BUT_ROBUST:
-        return text + (
-            "part of the robustness measured with blocked gradients is gradient masking, but what "
-            f"survives every attack is still significantly above the baseline: {base_txt}."
-        )
-    text += "the robustness measured with blocked gradients comes from gradient masking"
-    if not base_txt:
-        return text + "."
-    if cat.get("comparison") == INCONCLUSIVE:
-        return (
-            text + f"; whether what survives is above the baseline is inconclusive at this scale: {base_txt}."
-        )
-    than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
-    return text + f", and it is {than} the baseline: {base_txt}."
-
-
-def _sentence(
-    cand: Mapping[str, Any],
-    base: Mapping[str, Any] | None,
-    cat: Mapping[str, Any],
-    spread: Mapping[str, Any] | None = None,
-) -> str:
-    """One candidate's paragraph: the numbers of :func:`claim_numbers` in the words of its category."""
-    sp = spread or {}
-    name, where = cand["model"], f"{cand['threat']} ε = {cand['eps']:.4g}"
-    worst, clean = _pct(cand["worst_case"], sp.get("worst_case")), _pct(cand["clean"], sp.get("clean"))
-    base_txt = ""
-    if base is not None:
-        base_txt = (
-            f"{base['model']} (the baseline) keeps {_pct(base['worst_case'], sp.get('base_worst_case'))}"
-            + _paired_clause(cat)
-        )
-    category = cat["category"]
-    if category in (MASKING, MASKING_BUT_ROBUST):
-        return _masking_sentence(cand, cat, sp, where, base_txt)
-    if category == ROBUST:
-        return (
-            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
-            f"({_under(cand, sp)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
-            "attacks, as measured."
-        )
-    text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
-    text += f" ({_under(cand, sp)}; clean {clean})"
-    if category == INCONCLUSIVE:
-        text += f": inconclusive at this scale — {cat['inconclusive_reason']}"
-        return text + (f"; {base_txt}." if base_txt else ".")
-    if category != NOT_ROBUST:
-        return text + "."
-    if base is not None:
-        how = "even more easily than" if cat.get("below_baseline") else "as well as"
-        return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
-    return text + ": it is at chance level — no natural robustness."
-
-
-def _energy_sentence(model: str, energy: Mapping[str, Any], settings: VerdictSettings) -> str:
-    noise, adv, low = _f(energy.get("noise")), _f(energy.get("pgd")), _f(energy.get("lowfreq_pgd"))
-    if math.isnan(noise) or math.isnan(adv):
-        return ""
-    text = (
-        f"Sparsification in **{model}** removes {_pct(noise)} of a random perturbation's coefficient energy "
-        f"but {_pct(adv)} of an adversarial (PGD) one"
-    )
-    if not math.isnan(low):
-        text += f" and {_pct(low)} of the low-frequency attack's"
-    if noise - adv >= settings.energy_gap:
-        text += (
-            ": the mechanism the source paper (Zhu & Soricut 2024) proposes filters noise, not adversarial "
-            "perturbations."
-        )
-    elif adv - noise >= settings.energy_gap:
-        text += ": it removes more of the adversarial perturbation than of noise."
-    else:
-        text += ": noise and adversarial perturbations lose a similar share."
-    return text
-
-
-def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> tuple[str, bool]:
-    """Plain words for failed checks: failures under ``blocked`` are the expected signature of the source
-    paper's premise (no gradient); failures elsewhere mean that evaluation may overstate robustness."""
-    fails = {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
-    if not fails:
-        return "", False
-    parts = []
-    blocked = GradMode.BLOCKED.value
-    if blocked in fails:
-        parts.append(
-            f"under blocked gradients the checklist flags {', '.join(fails[blocked])} — the signature of "
-            "gradient masking, expected for the source paper's premise that attacks see no gradient"
-        )
-    others = {m: v for m, v in fails.items() if m != blocked}
-    for mode, names in others.items():
-        where = "in every mode" if mode == ALL_MODES else f"under {mode} gradients"
-        parts.append(f"{where} {', '.join(names)} fail — numbers there may overstate robustness")
-    return f"Diagnostics for **{model}**: " + "; ".join(parts) + ".", bool(others)
-
-
-def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
-    cats = set(categories.values())
-    if not cats:
-        return "no candidate with a fixed front-end and a comparable budget was evaluated."
-    if cats == {INCONCLUSIVE}:
-        reasons = dict.fromkeys(str(details.get(k, {}).get("inconclusive_reason", "")) for k in categories)
-        return "inconclusive at this scale: " + "; ".join(r for r in reasons if r) + "."
-    if cats <= {MASKING, NOT_ROBUST}:
-        if MASKING in cats:
-            return (
-                "the claim is not supported: the robustness seen with blocked gradients disappears under "
-                "attacks that differentiate or bypass the front-end (gradient masking)."
-            )
-        return (
-            "the claim is not supported: the model is no more robust than the baseline under honest attacks."
-        )
-    if cats == {NO_BASELINE}:
-        return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
-    if cats == {ROBUST}:
-        return "the claim holds as measured: the model is more robust than the baseline under every attack."
-    return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."
-
-
-# --------------------------------------------------------------------------------------------------------
-# the verdict
+# the judgement
 # --------------------------------------------------------------------------------------------------------
 @dataclass
-class _ThreatVerdict:
-    """One threat model's share of the verdict."""
+class _ThreatJudgement:
+    """One threat model's share of the judgement."""
 
     numbers: pd.DataFrame
-    paragraphs: list[str] = field(default_factory=list)
-    categories: dict[str, str] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    candidates: list[CandidateJudgement] = field(default_factory=list)
 
 
 def _judge_threat(
@@ -550,8 +419,8 @@ def _judge_threat(
     baseline: Sequence[str] | str | None,
     chance: float,
     settings: VerdictSettings,
-) -> _ThreatVerdict | None:
-    """Numbers, categories and paragraphs of every candidate at one threat's budget (None: not evaluated)."""
+) -> _ThreatJudgement | None:
+    """Numbers and categories of every candidate at one threat's budget (None: not evaluated)."""
     eps = eps or reference_eps(runs[0], threat)
     if eps is None:
         return None
@@ -559,35 +428,22 @@ def _judge_threat(
     seeded = [(p, r) for p, r in seeded if not p.empty]
     if not seeded:
         return None
-    out = _ThreatVerdict(pd.concat([p for p, _ in seeded], ignore_index=True))
+    out = _ThreatJudgement(pd.concat([p for p, _ in seeded], ignore_index=True))
     mean = _combine(out.numbers)
     candidates, baselines = _roles(mean.reset_index(), baseline)
     base_name = baselines[0] if baselines else None
     base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
     for cand_name in candidates:
+        cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
         pairs = [
             paired_worst_case(r, cand_name, base_name, threat, eps) if base_name else None for _, r in seeded
         ]
-        cat = _judge_candidate(
-            {"model": cand_name, **mean.loc[cand_name].to_dict()}, base, pairs, seeded, chance, settings
-        )
+        facts = _judge_candidate(cand, base, pairs, seeded, chance, settings)
         spread = _spread(out.numbers, cand_name, base_name) if len(seeded) > 1 else None
-        text = _sentence({"model": cand_name, **mean.loc[cand_name].to_dict()}, base, cat, spread)
-        if "seed_agreement" in cat:
-            text += f" ({len(seeded)} training seeds, mean ± sd; category in {cat['seed_agreement']}"
-            if "seed_diff_mean" in cat:
-                text += (
-                    f"; paired difference to the baseline {100 * cat['seed_diff_mean']:+.1f} ± "
-                    f"{100 * cat['seed_diff_sd']:.1f} points over the seeds"
-                )
-            text += ".)"
-        grid_text, cat["masking_eps"] = _grid_sentence(runs, cand_name, base_name, threat, settings)
-        out.paragraphs.append(f"{text} {grid_text}" if grid_text else text)
-        key = f"{cand_name}@{threat}"
-        out.categories[key] = cat["category"]
-        out.details[key] = {
-            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in cat.items()
-        }
+        grid = grid_numbers(runs, cand_name, base_name, threat, settings)
+        facts["masking_eps"] = grid.masking_eps if grid else []
+        judged = CandidateJudgement(f"{cand_name}@{threat}", cand, base, facts, spread, len(seeded), grid)
+        out.candidates.append(judged)
     return out
 
 
@@ -618,7 +474,33 @@ def _judge_candidate(
     return cat
 
 
-def verdict(
+def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> EnergyContrast | None:
+    """What sparsification removes more of, from one model's mean removed shares {"noise", "pgd",
+    "lowfreq_pgd"} (``energy.describe_energy``); None without both noise and PGD."""
+    noise, adv = as_float(energy.get("noise")), as_float(energy.get("pgd"))
+    if math.isnan(noise) or math.isnan(adv):
+        return None
+    if noise - adv >= settings.energy_gap:
+        more = FILTERS_NOISE
+    elif adv - noise >= settings.energy_gap:
+        more = FILTERS_ADVERSARIAL
+    else:
+        more = FILTERS_ALIKE
+    return EnergyContrast(noise, adv, as_float(energy.get("lowfreq_pgd")), more)
+
+
+def failed_checks(fails: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Failed check names by gradient mode, each once, modes without a failure left out."""
+    return {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
+
+
+def doubts_evaluation(failed: Mapping[str, Sequence[str]]) -> bool:
+    """True when checks fail outside ``blocked``: there the evaluation may overstate robustness (under
+    blocked gradients failures are the expected signature of the source paper's premise, no gradient)."""
+    return any(mode != GradMode.BLOCKED.value for mode in failed)
+
+
+def judge(
     records: pd.DataFrame | Sequence[pd.DataFrame],
     *,
     num_classes: int,
@@ -629,13 +511,14 @@ def verdict(
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
-) -> Verdict:
-    """The verdict at each threat's reference eps.  ``records`` may be a list (one frame per training seed):
-    numbers then combine into mean ± standard deviation and the category is the one most seeds agree on.
+) -> Judgement:
+    """The judgement at each threat's reference eps.  ``records`` may be a list (one frame per training
+    seed): numbers then combine into mean ± standard deviation and the category is the one most seeds
+    agree on.
 
     ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``energy.describe_energy``);
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
-    checks); failures outside ``blocked`` qualify any "robust" verdict (robustness may be overestimated).
+    checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated).
     """
     settings = settings or VerdictSettings()
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
@@ -647,45 +530,35 @@ def verdict(
         for t in threats
     ]
     parts = [j for j in judged if j is not None]
-    paragraphs = [p for j in parts for p in j.paragraphs]
-    categories = {k: v for j in parts for k, v in j.categories.items()}
-    details = {k: v for j in parts for k, v in j.details.items()}
-    for model, energy_row in (energy or {}).items():
-        sentence = _energy_sentence(model, energy_row, settings)
-        if sentence:
-            paragraphs.append(sentence)
-    doubtful = set()
-    for model, fails in (diagnostics_failures or {}).items():
-        sentence, worrying = _diagnostics_sentence(model, fails)
-        if sentence:
-            paragraphs.append(sentence)
-        if worrying:
-            doubtful.add(model)
-    headline = _headline(categories, details)
-    claimed = {k.split("@")[0] for k, c in categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
-    if claimed & doubtful:
-        headline += (
-            f" Caution: the diagnostics flag the evaluation of {', '.join(sorted(claimed & doubtful))} "
-            "outside blocked gradients, so this robustness may be overestimated."
-        )
-    text = "\n\n".join([f"**Verdict:** {headline}", *paragraphs])
+    contrasts = {m: energy_contrast(row, settings) for m, row in (energy or {}).items()}
+    failed = {m: failed_checks(f) for m, f in (diagnostics_failures or {}).items()}
+    failed = {m: f for m, f in failed.items() if f}
     numbers = (
         pd.concat([j.numbers for j in parts], ignore_index=True)
         if parts
         else pd.DataFrame(columns=list(_COLUMNS))
     )
-    log.info("verdict: %s", headline)
-    return Verdict(text, categories, numbers, headline, details)
+    out = Judgement(
+        numbers=numbers,
+        candidates=[c for j in parts for c in j.candidates],
+        energy={m: c for m, c in contrasts.items() if c is not None},
+        diagnostics=failed,
+        caution=[],
+        settings=settings,
+    )
+    claimed = {k.split("@")[0] for k, c in out.categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
+    out.caution = sorted(claimed & {m for m, f in failed.items() if doubts_evaluation(f)})
+    return out
 
 
-def _grid_sentence(
+def grid_numbers(
     runs: Sequence[pd.DataFrame], cand: str, base: str | None, threat: str, settings: VerdictSettings
-) -> tuple[str, list[float]]:
-    """Blocked vs worst case (and the baseline) at every budget of the grid, averaged over runs, so that
-    masking at budgets other than the reference one is not hidden."""
+) -> GridNumbers | None:
+    """Blocked vs worst case (and the baseline's) at every budget of the grid, averaged over runs, so that
+    masking at budgets other than the reference one is not hidden; None with fewer than two budgets."""
     grid = [e for e in threat_eps(runs[0], threat) if e > 0]
     if len(grid) < 2:
-        return "", []
+        return None
     nums = pd.concat([claim_numbers(r, threat=threat, eps=e) for r in runs for e in grid], ignore_index=True)
     blocked_col = wb_column(GradMode.BLOCKED)
     mean = nums.groupby(["model", "eps"])[[blocked_col, "worst_case"]].agg(
@@ -693,24 +566,14 @@ def _grid_sentence(
     )
 
     def series(model: str, col: str) -> list[float]:
-        return [_f(mean.loc[(model, e), col]) if (model, e) in mean.index else float("nan") for e in grid]
+        return [as_float(mean.loc[(model, e), col]) if (model, e) in mean.index else math.nan for e in grid]
 
     blocked, worst = series(cand, blocked_col), series(cand, "worst_case")
     masking_eps = [
         e for e, b, w in zip(grid, blocked, worst) if not math.isnan(b) and b - w >= settings.gap_tol
     ]
-    eps_txt = ", ".join(f"{e:.4g}" for e in grid)
-    parts = []
-    if not all(math.isnan(b) for b in blocked):
-        parts.append("blocked " + " / ".join(_pct(b) for b in blocked))
-    parts.append(f"worst case of {cand} " + " / ".join(_pct(w) for w in worst))
-    if base is not None:
-        parts.append(f"worst case of {base} " + " / ".join(_pct(w) for w in series(base, "worst_case")))
-    text = f"Across the {threat} grid (ε = {eps_txt}): " + "; ".join(parts) + "."
-    if masking_eps:
-        text += " Blocked-gradient robustness exceeds the worst case by at least "
-        text += f"{100 * settings.gap_tol:.0f} points at ε = {', '.join(f'{e:.4g}' for e in masking_eps)}."
-    return text, masking_eps
+    base_worst = series(base, "worst_case") if base is not None else []
+    return GridNumbers(threat, cand, base, grid, blocked, worst, base_worst, masking_eps)
 
 
 def _combine(allnum: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,8 @@ checked against the spec hash recorded at training), attack run folders (:func:`
 refuses partial or edited records) and the cost-model CSV of ``benchmarks/bench_cost_model.py``. A claim
 whose input is missing is "inconclusive at this scale: not measured", with the command that measures it.
 The verdicts come from :mod:`robustbench_wave.analysis.claims`; this module reads, groups and renders.
-The text depends only on the inputs (no clock, no absolute path added), so the same inputs rebuild the
+Each claim is one :class:`Claim` record in :data:`CLAIMS` (title, short name, source, measuring command,
+rule, input, finder); everything here iterates over that registry. The text depends only on the inputs (no clock, no absolute path added), so the same inputs rebuild the
 same bytes.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,85 +24,27 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import formatting as fmt
+from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.io import atomic_write_text
-from robustbench_wave.reporting.markdown import diagnostics_failures, format_percent
+from robustbench_wave.reporting.markdown import diagnostics_failures
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
+from robustbench_wave.reporting.verdict_text import render as render_verdict
 from robustbench_wave.training import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 
 NOT_MEASURED = "not measured"
 COST_COLUMNS = ("T", "H", "predicted_macs", "seconds_per_step")
+COST_BENCH = "python -m benchmarks.bench_cost_model"
 COST_CSV = "benchmarks/results/cost_model_grid.csv"
 SPEED_COLUMNS = ("dataset", "candidate", "baseline", "speedup")
 SPEED_BENCH = "python -m benchmarks.bench_tokenizer_speed"
 SPEED_CSV = "benchmarks/results/tokenizer_speed_pairs.csv"
-TITLES = {
-    1: "The wavelet tokenizer trains faster and reaches better top-1 than the patch tokenizer at the same token count",
-    2: "The cost model: shrinking the token width H pays more than shrinking the token count T when T < H",
-    3: '"Naturally resistant to adversarial attacks", and where the robustness that survives comes from',
-    4: "Token Pooling gives a better accuracy–compute trade-off than the selection and pruning baselines",
-    5: "Token Pooling's discrete cluster assignment as a place where gradients can be masked",
-}
-SHORT = {
-    1: "wavelet trains faster, better top-1",
-    2: "cost model: H pays more than T",
-    3: "naturally resistant",
-    4: "Token Pooling trade-off",
-    5: "assignment masks gradients",
-}
-SOURCES = {
-    1: "Zhu & Soricut 2024 (wavelet tokenizer)",
-    2: "Zhu & Soricut 2024, §5.3; MACs as in Marin et al. 2023, Table 1",
-    3: "Zhu & Soricut 2024; judged as in Carlini et al. 2019 and Croce & Hein 2020",
-    4: "Marin et al., WACV 2023 (Token Pooling)",
-    5: "Marin et al., WACV 2023; masking as in Athalye et al. 2018",
-}
-#: Per claim: the command that measures it, and what to pass to this report afterwards.
-MEASURE = {
-    1: (
-        "python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed 0 1 2",
-        " (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>"
-        f" (and {SPEED_BENCH}, then --throughput {SPEED_CSV}, for the speed half)",
-    ),
-    2: ("python -m benchmarks.bench_cost_model", f", then pass --cost-model {COST_CSV}"),
-    3: ("make headline", " (Fashion-MNIST; or make cifar10), then pass --runs results/attack/<slug>/<run>"),
-    4: (
-        "make tokenpool-pareto",
-        " (every Token Pooling method at 3 keep schedules, models/tokenpool-pareto/, fine-tuned from the "
-        "trained patch model), then pass --train results/train/<slug>",
-    ),
-    5: (
-        "make tokenpool",
-        " (pooled models under exact, blocked and BPDA gradients), then pass --runs <its run>",
-    ),
-}
-RULES = {
-    1: f"Accuracy paired by training seed: more accurate in every one of at least {cl.MIN_SEEDS} seeds (with 3 "
-    "seeds an exact sign test cannot go below p = 1/8, so unanimity is the rule). Speed: with --throughput, "
-    f"a one-sided exact sign test (p < {cl.ALPHA}) over the repeats of training steps timed side by side "
-    "(benchmarks/bench_tokenizer_speed.py), else faster in every seed's training run. Supported only if both "
-    "hold; not supported if the wavelet model is more accurate in no seed, or slower (in no seed faster, or "
-    "significantly slower side by side); otherwise inconclusive.",
-    2: f"(a) Spearman ρ of predicted MACs and measured step time ≥ {cl.RANK_RHO}. (b) At every grid point with "
-    "T < H whose halvings were measured, the measured time ratio of halving H is below that of halving T by "
-    f"more than {cl.RATIO_TOL} (ratios are medians of interleaved repeats, measured side by side).",
-    3: "The verdict module's categories (robust under all attacks / partly masking, still more robust → "
-    "supported; gradient masking / no natural robustness → not supported; inconclusive / no baseline → "
-    "inconclusive), at each threat's reference budget, from the per-example worst case over every attack and "
-    "gradient mode, against the patch baseline with the exact McNemar test and Newcombe's interval. "
-    "Attribution: each ablation step's paired difference (to − from), Holm-adjusted, seeds pooled; the "
-    "chain's steps add up to wavelet − patch.",
-    4: f"Every method (K-Means, weighted K-Means, K-Medoids, weighted K-Medoids; random, importance, top-K, "
-    f"grid) at ≥ {cl.MIN_BUDGETS} budgets. Supported when every baseline point is dominated (fewer MACs and "
-    "higher accuracy, one strictly) by a clustering point; not supported when a baseline point dominates a "
-    "clustering point; else inconclusive.",
-    5: "Per pooled model: robust under every attack with exact gradients vs with BPDA (straight-through) "
-    f"gradients, paired on the same examples. Supported when exact is significantly above BPDA (α = {cl.ALPHA}); "
-    "not supported when not significant with a narrow interval (≤ 20 points); else inconclusive.",
-}
+#: What a claim is measured from: the field of :class:`ClaimInputs` that must hold something.
+TRAIN, COST, RUNS = "train", "cost", "runs"
 
 
 @dataclass
@@ -116,6 +59,48 @@ class ClaimInputs:
     speedups: pd.DataFrame | None = None
     speedups_path: Path | None = None
     command: str = ""
+
+    def has(self, need: str) -> bool:
+        """Whether the inputs hold ``need`` (:data:`TRAIN`, :data:`COST` or :data:`RUNS`)."""
+        given = {TRAIN: not self.train.empty, COST: self.cost is not None, RUNS: bool(self.runs)}
+        if need not in given:
+            raise ValueError(f"unknown claim input {need!r}; one of {sorted(given)}")
+        return given[need]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the source papers and everything ``claims.md`` says about it: its number, title, short
+    name (the summary table's), source, the command that measures it and what to pass to this report
+    afterwards, its rule, the input it is measured from, and its finder (reads that input from
+    :class:`ClaimInputs` and calls the claim's function of :mod:`robustbench_wave.analysis.claims`)."""
+
+    number: int
+    title: str
+    short: str
+    source: str
+    command: str
+    then: str
+    rule: str  # a template: {names} of rule_values(), filled when rendered, so no threshold is copied
+    needs: str  # TRAIN, COST or RUNS
+    finder: Callable[[ClaimInputs], list[cl.Finding]]
+
+    def rule_text(self) -> str:
+        """The rule with the analysis' current thresholds."""
+        return self.rule.format(**rule_values())
+
+
+def rule_values() -> dict[str, Any]:
+    """The thresholds the analysis decides with, under the names the rules' templates use (read at each
+    call: a rule always states the constant its finder applies)."""
+    return {
+        "min_seeds": cl.MIN_SEEDS,
+        "alpha": cl.ALPHA,
+        "rank_rho": cl.RANK_RHO,
+        "ratio_tol": cl.RATIO_TOL,
+        "min_budgets": cl.MIN_BUDGETS,
+        "max_ci_width": fmt.number(vd.MAX_DIFF_CI_WIDTH, scale=100.0, digits=0, unit=" points"),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -199,7 +184,7 @@ def _positive(df: pd.DataFrame, columns: Sequence[str], flag: str, path: Path) -
 
 def read_cost_model(path: Path) -> pd.DataFrame:
     """The cost-model CSV (columns :data:`COST_COLUMNS`, positive numbers); one-line ValueError else."""
-    df = _read_bench_csv(path, "--cost-model", COST_COLUMNS, MEASURE[2][0])
+    df = _read_bench_csv(path, "--cost-model", COST_COLUMNS, COST_BENCH)
     return _positive(df, COST_COLUMNS, "--cost-model", path).astype({"T": int, "H": int})
 
 
@@ -273,59 +258,98 @@ def _seeds(runs: Sequence[RunFolder]) -> list[int]:
 # ------------------------------------------------------------------------------------------------ findings
 def not_measured(claim: int, what: str = "") -> cl.Finding:
     """The finding of a claim without its input."""
-    command, then = MEASURE[claim]
-    reason = f"not measured{(' (' + what + ')') if what else ''} — run `{command}`{then}"
+    c = CLAIMS[claim]
+    reason = f"not measured{(' (' + what + ')') if what else ''} — run `{c.command}`{c.then}"
     return cl.Finding(claim, "—", NOT_MEASURED, cl.INCONCLUSIVE, reason)
 
 
 def all_findings(inputs: ClaimInputs) -> dict[int, list[cl.Finding]]:
     """Every claim's findings from whatever the inputs hold, each with the commands that produced them."""
+    out = {}
+    for number, claim in CLAIMS.items():
+        found = claim.finder(inputs)
+        what = "its inputs hold no such measurement" if inputs.has(claim.needs) else ""
+        out[number] = found or [not_measured(number, what)]
+    return out
+
+
+def _tokenizer_findings(inputs: ClaimInputs) -> list[cl.Finding]:
+    """Claim 1 from the unpooled training runs (and the side-by-side speed benchmark when given)."""
     train = inputs.train
-    out: dict[int, list[cl.Finding]] = {k: [] for k in TITLES}
-    if not train.empty:
-        unpooled = train[train["pool_method"].isna()]
-        out[1] = _with_train_commands(cl.tokenizer_claim(unpooled, speedups=inputs.speedups), train)
-        if inputs.speedups is not None:
-            for f in out[1]:
-                f.commands.append(f"{SPEED_BENCH}  # wrote {inputs.speedups_path}")
-        out[4] = _with_train_commands(cl.tokenpool_claim(train), train)
-    if inputs.cost is not None:
-        out[2] = cl.cost_model_claim(inputs.cost)
-        for f in out[2]:
-            f.commands = [f"{MEASURE[2][0]}  # wrote {inputs.cost_path}"]
+    if train.empty:
+        return []
+    unpooled = train[train["pool_method"].isna()]
+    found = _with_train_commands(cl.tokenizer_claim(unpooled, speedups=inputs.speedups), train)
+    if inputs.speedups is not None:
+        for f in found:
+            f.commands.append(f"{SPEED_BENCH}  # wrote {inputs.speedups_path}")
+    return found
+
+
+def _cost_findings(inputs: ClaimInputs) -> list[cl.Finding]:
+    """Claim 2 from the cost-model grid."""
+    if inputs.cost is None:
+        return []
+    found = cl.cost_model_claim(inputs.cost)
+    for f in found:
+        f.commands = [f"{COST_BENCH}  # wrote {inputs.cost_path}"]
+    return found
+
+
+def _tokenpool_findings(inputs: ClaimInputs) -> list[cl.Finding]:
+    """Claim 4 from the pooled training runs."""
+    if inputs.train.empty:
+        return []
+    return _with_train_commands(cl.tokenpool_claim(inputs.train), inputs.train)
+
+
+def _per_group(
+    inputs: ClaimInputs, find: Callable[[str, Sequence[RunFolder]], list[cl.Finding]]
+) -> list[cl.Finding]:
+    """``find`` on every group of attack runs, each finding with the commands of its group's runs."""
+    out = []
     for scope, group in run_groups(inputs.runs):
-        found = _group_findings(scope, group)
+        found = find(scope, group)
         commands = [
             str((r.meta.get("run") or {}).get("command") or f"(no command recorded in {r.path})")
             for r in group
         ]
         for f in found:
             f.commands = commands
-            out[f.claim].append(f)
-    given = {
-        1: not train.empty,
-        2: inputs.cost is not None,
-        3: bool(inputs.runs),
-        4: not train.empty,
-        5: bool(inputs.runs),
-    }
-    for claim, found in out.items():
-        if not found:
-            out[claim] = [not_measured(claim, "its inputs hold no such measurement" if given[claim] else "")]
+        out += found
     return out
 
 
-def _group_findings(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
-    """Claims 3 and 5 on one group of attack runs (one per training seed)."""
-    records, seeds, k = [r.records for r in group], _seeds(group), class_count(group)
-    fails = diagnostics_failures(group)
-    found = cl.robustness_claim(records, seeds, scope=scope, num_classes=k, diagnostics_failures=fails)
-    for threat in ("Linf", "L2"):
-        step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
-        found += [step] if step else []
-    return found + cl.assignment_masking_claim(
-        records, scope=scope, diagnostics_failures=fails, pooled=pooled_models(group)
-    )
+def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
+    """Claim 3 on every group of attack runs: the verdict (its words beside the first finding) and the
+    attribution along the ablation chain per threat."""
+
+    def find(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
+        records, seeds, k = [r.records for r in group], _seeds(group), class_count(group)
+        fails = diagnostics_failures(group)
+        found = cl.robustness_claim(records, seeds, scope=scope, num_classes=k, diagnostics_failures=fails)
+        for f in found:
+            if f.judgement is not None:
+                f.notes.insert(0, render_verdict(f.judgement).text)
+        for threat in ("Linf", "L2"):
+            step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
+            found += [step] if step else []
+        return found
+
+    return _per_group(inputs, find)
+
+
+def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
+    """Claim 5 on every group of attack runs: exact vs BPDA gradients of its Token Pooling models."""
+
+    def find(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
+        records = [r.records for r in group]
+        fails = diagnostics_failures(group)
+        return cl.assignment_masking_claim(
+            records, scope=scope, diagnostics_failures=fails, pooled=pooled_models(group)
+        )
+
+    return _per_group(inputs, find)
 
 
 def pooled_models(group: Sequence[RunFolder]) -> set[str]:
@@ -342,11 +366,100 @@ def _with_train_commands(found: list[cl.Finding], train: pd.DataFrame) -> list[c
     return found
 
 
+# ------------------------------------------------------------------------------------------------ the claims
+#: Every claim, in the order of claims.md. A new claim is one record here (and its function in
+#: :mod:`robustbench_wave.analysis.claims`).
+CLAIMS: dict[int, Claim] = {
+    c.number: c
+    for c in (
+        Claim(
+            number=1,
+            title="The wavelet tokenizer trains faster and reaches better top-1 than the patch tokenizer at the same token count",
+            short="wavelet trains faster, better top-1",
+            source="Zhu & Soricut 2024 (wavelet tokenizer)",
+            command="python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed 0 1 2",
+            then=" (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>"
+            f" (and {SPEED_BENCH}, then --throughput {SPEED_CSV}, for the speed half)",
+            rule="Accuracy paired by training seed: more accurate in every one of at least {min_seeds} seeds (with 3 "
+            "seeds an exact sign test cannot go below p = 1/8, so unanimity is the rule). Speed: with --throughput, "
+            "a one-sided exact sign test (p < {alpha}) over the repeats of training steps timed side by side "
+            "(benchmarks/bench_tokenizer_speed.py), else faster in every seed's training run. Supported only if both "
+            "hold; not supported if the wavelet model is more accurate in no seed, or slower (in no seed faster, or "
+            "significantly slower side by side); otherwise inconclusive.",
+            needs=TRAIN,
+            finder=_tokenizer_findings,
+        ),
+        Claim(
+            number=2,
+            title="The cost model: shrinking the token width H pays more than shrinking the token count T when T < H",
+            short="cost model: H pays more than T",
+            source="Zhu & Soricut 2024, §5.3; MACs as in Marin et al. 2023, Table 1",
+            command=COST_BENCH,
+            then=f", then pass --cost-model {COST_CSV}",
+            rule="(a) Spearman ρ of predicted MACs and measured step time ≥ {rank_rho}. (b) At every grid point with "
+            "T < H whose halvings were measured, the measured time ratio of halving H is below that of halving T by "
+            "more than {ratio_tol} (ratios are medians of interleaved repeats, measured side by side).",
+            needs=COST,
+            finder=_cost_findings,
+        ),
+        Claim(
+            number=3,
+            title='"Naturally resistant to adversarial attacks", and where the robustness that survives comes from',
+            short="naturally resistant",
+            source="Zhu & Soricut 2024; judged as in Carlini et al. 2019 and Croce & Hein 2020",
+            command="make headline",
+            then=" (Fashion-MNIST; or make cifar10), then pass --runs results/attack/<slug>/<run>",
+            rule="The verdict module's categories (robust under all attacks / partly masking, still more robust → "
+            "supported; gradient masking / no natural robustness → not supported; inconclusive / no baseline → "
+            "inconclusive), at each threat's reference budget, from the per-example worst case over every attack and "
+            "gradient mode, against the patch baseline with the exact McNemar test and Newcombe's interval. "
+            "Attribution: each ablation step's paired difference (to − from), Holm-adjusted, seeds pooled; the "
+            "chain's steps add up to wavelet − patch.",
+            needs=RUNS,
+            finder=_robustness_findings,
+        ),
+        Claim(
+            number=4,
+            title="Token Pooling gives a better accuracy–compute trade-off than the selection and pruning baselines",
+            short="Token Pooling trade-off",
+            source="Marin et al., WACV 2023 (Token Pooling)",
+            command="make tokenpool-pareto",
+            then=" (every Token Pooling method at 3 keep schedules, models/tokenpool-pareto/, fine-tuned from the "
+            "trained patch model), then pass --train results/train/<slug>",
+            rule="Every method (K-Means, weighted K-Means, K-Medoids, weighted K-Medoids; random, importance, top-K, "
+            "grid) at ≥ {min_budgets} budgets. Supported when every baseline point is dominated (fewer MACs and "
+            "higher accuracy, one strictly) by a clustering point; not supported when a baseline point dominates a "
+            "clustering point; else inconclusive.",
+            needs=TRAIN,
+            finder=_tokenpool_findings,
+        ),
+        Claim(
+            number=5,
+            title="Token Pooling's discrete cluster assignment as a place where gradients can be masked",
+            short="assignment masks gradients",
+            source="Marin et al., WACV 2023; masking as in Athalye et al. 2018",
+            command="make tokenpool",
+            then=" (pooled models under exact, blocked and BPDA gradients), then pass --runs <its run>",
+            rule="Per pooled model: robust under every attack with exact gradients vs with BPDA (straight-through) "
+            "gradients, paired on the same examples. Supported when exact is significantly above BPDA (α = {alpha}); "
+            "not supported when not significant with a narrow interval (≤ {max_ci_width}); else inconclusive.",
+            needs=RUNS,
+            finder=_masking_findings,
+        ),
+    )
+}
+
+
 # ------------------------------------------------------------------------------------------------ rendering
 def claims_table(findings: dict[int, list[cl.Finding]]) -> pd.DataFrame:
     """The short table the README quotes: claim, scope, measured, verdict."""
     rows = [
-        {"claim": f"{c}. {SHORT[c]}", "scope": f.scope, "measured": f.measured, "verdict": f"**{f.verdict}**"}
+        {
+            "claim": f"{c}. {CLAIMS[c].short}",
+            "scope": f.scope,
+            "measured": f.measured,
+            "verdict": f"**{f.verdict}**",
+        }
         for c, found in findings.items()
         for f in found
         if f.headline
@@ -367,7 +480,7 @@ def _formatted(table: pd.DataFrame) -> pd.DataFrame:
                                           "diff", "ci_low", "ci_high", "a", "b", "accuracy", "acc_sd", "seed sd")
            or str(c).startswith("wb_")]  # fmt: skip
     for c in pct:
-        df[c] = [format_percent(v) for v in df[c]]
+        df[c] = [fmt.percent(v, missing=fmt.DASH) for v in df[c]]
     for c in [
         c
         for c in df.columns
@@ -401,7 +514,8 @@ def render_claims(inputs: ClaimInputs, findings: dict[int, list[cl.Finding]], fi
     ]
     body = []
     for claim, found in findings.items():
-        body.append(f"## {claim}. {TITLES[claim]}\n\n_Source: {SOURCES[claim]}._ Rule: {RULES[claim]}")
+        c = CLAIMS[claim]
+        body.append(f"## {claim}. {c.title}\n\n_Source: {c.source}._ Rule: {c.rule_text()}")
         body += [finding_markdown(f, inputs, figures) for f in found]
     return "\n\n".join(p for p in [*head, *body] if p) + "\n"
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from robustbench_wave.analysis.formatting import percent
 from robustbench_wave.attacks import Trait, families_with, is_average_case
 from robustbench_wave.evaluation.chunks import config_fingerprint
 from robustbench_wave.evaluation.metrics import (
@@ -70,7 +71,8 @@ TRANSFER_KIND = "transfer"
 
 
 def _pct(value: float) -> str:
-    return "" if math.isnan(value) else f"{100 * value:.2f}"
+    """RobustBench's accuracy fields: percent with two decimals and no unit, "" when missing."""
+    return percent(value, digits=2, unit="", missing="")
 
 
 def export_eps(dataset: str, threat: str, grid: Sequence[float]) -> tuple[float | None, str]:
@@ -302,7 +304,7 @@ def matrix_latex(table: pd.DataFrame) -> str:
     cells = wide.copy().astype(object)
     for (threat, eps, sur), row in wide.iterrows():
         for target, value in row.items():
-            text = "" if pd.isna(value) else f"{100 * value:.1f}"
+            text = percent(value, unit="", missing="")
             cells.loc[(threat, eps, sur), target] = (
                 rf"\textit{{{text}}}" if (threat, eps, sur, target) in white and text else text
             )

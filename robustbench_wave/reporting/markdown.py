@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +23,8 @@ import pandas as pd
 from robustbench_wave import __version__
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
-from robustbench_wave.analysis.verdict import Verdict, claim_numbers, verdict
+from robustbench_wave.analysis.formatting import DASH, percent
+from robustbench_wave.analysis.verdict import claim_numbers
 from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.evaluation.metrics import default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -45,6 +45,7 @@ from robustbench_wave.reporting.tables import (
     markdown_table,
     seed_summary,
 )
+from robustbench_wave.reporting.verdict_text import Verdict, verdict
 
 log = logging.getLogger(__name__)
 
@@ -159,19 +160,10 @@ def _verdict_numbers(numbers: pd.DataFrame) -> pd.DataFrame:
     df = numbers[[c for c in shown if c in numbers.columns]].copy()
     for c in _PERCENT_COLUMNS:
         if c in df:
-            df[c] = [format_percent(v) for v in df[c]]
+            df[c] = [percent(v, missing=DASH) for v in df[c]]
     if df["seed"].nunique() <= 1:
         df = df.drop(columns="seed")
     return df
-
-
-def format_percent(value: Any) -> str:
-    """'12.3%' for a fraction; '--' for a missing or non-numeric value."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return "--"
-    return "--" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -210,10 +202,10 @@ def corruptions_markdown(runs: Sequence[RunFolder], baseline: str | None = None)
     table = pd.concat(tables).groupby(level=[0, 1], sort=False).mean() if len(tables) > 1 else tables[0]
     models = list(dict.fromkeys(table.index.get_level_values(0)))
     base = baseline if baseline in models else default_baseline(models)
-    cells = table.map(format_percent)
+    cells = table.map(lambda v: percent(v, missing=DASH))
     cells.index = [f"{m} / {g}" for m, g in cells.index]
     curves = corruption_curves([r.records for r in runs])
-    wide = curves.assign(acc=curves["accuracy"].map(format_percent)).pivot_table(
+    wide = curves.assign(acc=curves["accuracy"].map(lambda v: percent(v, missing=DASH))).pivot_table(
         index=["corruption", "severity"],
         columns=["model", "grad_mode"],
         values="acc",
@@ -306,9 +298,11 @@ def lowfreq_markdown(runs: Sequence[RunFolder]) -> str:
                     "model": numbers["model"],
                     "threat": numbers["threat"],
                     "eps": numbers["eps"],
-                    "low-frequency PGD": format_percent(numbers["lowfreq"]),
-                    "white-box, exact gradients": format_percent(numbers[f"wb_{GradMode.EXACT.value}"]),
-                    "worst case (all)": format_percent(numbers["worst_case"]),
+                    "low-frequency PGD": percent(numbers["lowfreq"], missing=DASH),
+                    "white-box, exact gradients": percent(
+                        numbers[f"wb_{GradMode.EXACT.value}"], missing=DASH
+                    ),
+                    "worst case (all)": percent(numbers["worst_case"], missing=DASH),
                 }
             )
     if not rows:
@@ -392,9 +386,10 @@ def _run_summary(run: RunFolder) -> str:
     ]
     for name, m in (meta.get("models") or {}).items():
         sha = m.get("checkpoint_sha256") or m.get("param_sha256") or ""
+        clean = percent(m.get("clean_accuracy"), missing=DASH)
         lines.append(
             f"- model `{name}`: grad modes {m.get('grad_modes')}, clean accuracy "
-            f"{format_percent(m.get('clean_accuracy'))}, train seed {m.get('train_seed', '?')}, checkpoint "
+            f"{clean}, train seed {m.get('train_seed', '?')}, checkpoint "
             f"`{str(sha)[:12]}`, attack time {m.get('seconds_total', '?')} s"
         )
     libs = ", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items())

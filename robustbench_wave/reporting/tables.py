@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from robustbench_wave.analysis.formatting import DASH, number, percent
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     WORST,
@@ -115,9 +116,7 @@ def _width(summary: pd.DataFrame) -> pd.Series:
 
 def _cell(value: float, width: float, pm: str) -> str:
     """'acc ± width/2' in percent; '--' for a missing value, no '±' part for a missing width."""
-    if math.isnan(value):
-        return "--"
-    return f"{100 * value:.1f}" + ("" if math.isnan(width) else f"{pm}{100 * width / 2:.1f}")
+    return number(value, width / 2, scale=100.0, pm=pm, missing=DASH)
 
 
 def formatted_table(summary: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
@@ -261,7 +260,7 @@ def corruption_table(records: pd.DataFrame, baseline: str | None = None) -> pd.D
 
 def _corruption_cells(table: pd.DataFrame) -> pd.DataFrame:
     """Percent strings with one decimal ('--' for a missing value)."""
-    return table.map(lambda v: "--" if pd.isna(v) else f"{100 * float(v):.1f}")
+    return table.map(lambda v: percent(v, unit="", missing=DASH))
 
 
 def corruption_latex(table: pd.DataFrame, caption: str = "", label: str = "tab:corruptions") -> str:

@@ -1,0 +1,275 @@
+"""The verdict in words: a :class:`~robustbench_wave.analysis.verdict.Judgement` rendered as the Markdown
+paragraphs of ``report.md``, ``verdict.json`` and ``claims.md``.
+
+Every number and every category comes from :mod:`robustbench_wave.analysis.verdict`; this module only
+chooses the sentence that says them (one per candidate and threat, then the energy contrasts and the failed
+diagnostics, under a one-line headline), so the same judgement always reads the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
+from robustbench_wave.analysis.verdict import (
+    ALL_MODES,
+    FILTERS_ADVERSARIAL,
+    FILTERS_NOISE,
+    INCONCLUSIVE,
+    MASKING,
+    MASKING_BUT_ROBUST,
+    NO_BASELINE,
+    NOT_ROBUST,
+    ROBUST,
+    CandidateJudgement,
+    EnergyContrast,
+    GridNumbers,
+    Judgement,
+    judge,
+    wb_column,
+)
+from robustbench_wave.models.frontend import GradMode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Verdict:
+    """Plain-words verdict (Markdown paragraphs), per-model categories and the numbers behind them."""
+
+    text: str
+    categories: dict[str, str]
+    numbers: pd.DataFrame
+    headline: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline": self.headline,
+            "text": self.text,
+            "categories": self.categories,
+            "numbers": self.numbers.replace({np.nan: None}).to_dict(orient="records"),
+            "details": self.details,
+        }
+
+
+def verdict(records: pd.DataFrame | Sequence[pd.DataFrame], **kwargs: Any) -> Verdict:
+    """:func:`~robustbench_wave.analysis.verdict.judge` (same arguments) put into words."""
+    return render(judge(records, **kwargs))
+
+
+def render(judgement: Judgement) -> Verdict:
+    """The headline, one paragraph per candidate and threat, then the energy and diagnostics sentences."""
+    paragraphs = [_candidate_paragraph(c, judgement.settings.gap_tol) for c in judgement.candidates]
+    paragraphs += [_energy_sentence(m, e) for m, e in judgement.energy.items()]
+    paragraphs += [_diagnostics_sentence(m, f) for m, f in judgement.diagnostics.items()]
+    headline = _headline(judgement.categories, judgement.details)
+    if judgement.caution:
+        headline += (
+            f" Caution: the diagnostics flag the evaluation of {', '.join(judgement.caution)} "
+            "outside blocked gradients, so this robustness may be overestimated."
+        )
+    text = "\n\n".join([f"**Verdict:** {headline}", *paragraphs])
+    log.info("verdict: %s", headline)
+    return Verdict(text, judgement.categories, judgement.numbers, headline, judgement.details)
+
+
+# --------------------------------------------------------------------------------------------------------
+# one candidate
+# --------------------------------------------------------------------------------------------------------
+def _candidate_paragraph(c: CandidateJudgement, gap_tol: float) -> str:
+    """The category's sentence, the seeds' agreement and the grid."""
+    text = _sentence(c.cand, c.base, c.facts, c.spread)
+    facts = c.facts
+    if "seed_agreement" in facts:
+        text += f" ({c.n_seeds} training seeds, mean ± sd; category in {facts['seed_agreement']}"
+        if "seed_diff_mean" in facts:
+            diff = points(facts["seed_diff_mean"], facts["seed_diff_sd"])
+            text += f"; paired difference to the baseline {diff} over the seeds"
+        text += ".)"
+    grid_text = _grid_sentence(c.grid, gap_tol) if c.grid else ""
+    return f"{text} {grid_text}" if grid_text else text
+
+
+def _paired_clause(cat: Mapping[str, Any]) -> str:
+    """The paired comparison behind a category, in words ("" without one)."""
+    if cat.get("n_paired") is None:
+        return ""
+    lo, hi = cat["diff_ci"]
+    d = cat["discordant"]
+    return (
+        f" (paired on {cat['n_paired']} examples: difference {points(cat['diff'])}, 95% interval "
+        f"{interval(lo, hi)}; {d['only_candidate']} examples survive only in the candidate, "
+        f"{d['only_baseline']} only in the baseline, exact McNemar p = {cat['p_value']:.2g})"
+    )
+
+
+_OTHER_ATTACKS = (
+    (wb_column(GradMode.EXACT), "exact gradients"),
+    (wb_column(GradMode.BPDA), "BPDA"),
+    ("gradient_free", "Square"),
+    ("transfer", "transfer"),
+    ("lowfreq", "low-frequency PGD"),
+)
+
+
+def _under(cand: Mapping[str, Any], sp: Mapping[str, Any]) -> str:
+    """The attacks other than blocked white-box, with their accuracies."""
+    parts = []
+    for key, label in _OTHER_ATTACKS:
+        if not math.isnan(as_float(cand.get(key))):
+            if key == "lowfreq" and cand.get("lowfreq_alone") is False:
+                label = "suite + low-frequency PGD"
+            parts.append(f"{label} {percent(cand[key], sp.get(key))}")
+    return "; ".join(parts) if parts else "no other attack"
+
+
+def _masking_sentence(
+    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
+) -> str:
+    blocked = wb_column(GradMode.BLOCKED)
+    text = (
+        f"Under blocked gradients **{cand['model']}** keeps {percent(cand.get(blocked), sp.get(blocked))} "
+        f"at {where} (clean {percent(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
+        f"bypass the front-end ({_under(cand, sp)}) its per-example worst case falls to "
+        f"**{percent(cand['worst_case'], sp.get('worst_case'))}** — "
+    )
+    if cat["category"] == MASKING_BUT_ROBUST:
+        return text + (
+            "part of the robustness measured with blocked gradients is gradient masking, but what "
+            f"survives every attack is still significantly above the baseline: {base_txt}."
+        )
+    text += "the robustness measured with blocked gradients comes from gradient masking"
+    if not base_txt:
+        return text + "."
+    if cat.get("comparison") == INCONCLUSIVE:
+        return (
+            text + f"; whether what survives is above the baseline is inconclusive at this scale: {base_txt}."
+        )
+    than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
+    return text + f", and it is {than} the baseline: {base_txt}."
+
+
+def _sentence(
+    cand: Mapping[str, Any],
+    base: Mapping[str, Any] | None,
+    cat: Mapping[str, Any],
+    spread: Mapping[str, Any] | None = None,
+) -> str:
+    """One candidate's paragraph: the numbers of :func:`claim_numbers` in the words of its category."""
+    sp = spread or {}
+    name, where = cand["model"], f"{cand['threat']} ε = {cand['eps']:.4g}"
+    worst, clean = percent(cand["worst_case"], sp.get("worst_case")), percent(cand["clean"], sp.get("clean"))
+    base_txt = ""
+    if base is not None:
+        base_txt = (
+            f"{base['model']} (the baseline) keeps {percent(base['worst_case'], sp.get('base_worst_case'))}"
+            + _paired_clause(cat)
+        )
+    category = cat["category"]
+    if category in (MASKING, MASKING_BUT_ROBUST):
+        return _masking_sentence(cand, cat, sp, where, base_txt)
+    if category == ROBUST:
+        return (
+            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
+            f"({_under(cand, sp)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
+            "attacks, as measured."
+        )
+    text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
+    text += f" ({_under(cand, sp)}; clean {clean})"
+    if category == INCONCLUSIVE:
+        text += f": inconclusive at this scale — {cat['inconclusive_reason']}"
+        return text + (f"; {base_txt}." if base_txt else ".")
+    if category != NOT_ROBUST:
+        return text + "."
+    if base is not None:
+        how = "even more easily than" if cat.get("below_baseline") else "as well as"
+        return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
+    return text + ": it is at chance level — no natural robustness."
+
+
+def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
+    """Blocked vs worst case (and the baseline) at every budget of the grid."""
+    eps_txt = ", ".join(f"{e:.4g}" for e in grid.eps)
+    parts = []
+    if not all(math.isnan(b) for b in grid.blocked):
+        parts.append("blocked " + " / ".join(percent(b) for b in grid.blocked))
+    parts.append(f"worst case of {grid.candidate} " + " / ".join(percent(w) for w in grid.worst))
+    if grid.baseline is not None:
+        parts.append(f"worst case of {grid.baseline} " + " / ".join(percent(w) for w in grid.base_worst))
+    text = f"Across the {grid.threat} grid (ε = {eps_txt}): " + "; ".join(parts) + "."
+    if grid.masking_eps:
+        text += " Blocked-gradient robustness exceeds the worst case by at least "
+        text += f"{number(gap_tol, scale=100.0, digits=0, unit=' points')} at ε = "
+        text += f"{', '.join(f'{e:.4g}' for e in grid.masking_eps)}."
+    return text
+
+
+# --------------------------------------------------------------------------------------------------------
+# energy, diagnostics, headline
+# --------------------------------------------------------------------------------------------------------
+def _energy_sentence(model: str, energy: EnergyContrast) -> str:
+    text = (
+        f"Sparsification in **{model}** removes {percent(energy.noise)} of a random perturbation's coefficient "
+        f"energy but {percent(energy.adversarial)} of an adversarial (PGD) one"
+    )
+    if not math.isnan(energy.lowfreq):
+        text += f" and {percent(energy.lowfreq)} of the low-frequency attack's"
+    if energy.removes_more == FILTERS_NOISE:
+        text += (
+            ": the mechanism the source paper (Zhu & Soricut 2024) proposes filters noise, not adversarial "
+            "perturbations."
+        )
+    elif energy.removes_more == FILTERS_ADVERSARIAL:
+        text += ": it removes more of the adversarial perturbation than of noise."
+    else:
+        text += ": noise and adversarial perturbations lose a similar share."
+    return text
+
+
+def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> str:
+    """Plain words for failed checks: failures under ``blocked`` are the expected signature of the source
+    paper's premise (no gradient); failures elsewhere mean that evaluation may overstate robustness."""
+    parts = []
+    blocked = GradMode.BLOCKED.value
+    if blocked in fails:
+        parts.append(
+            f"under blocked gradients the checklist flags {', '.join(fails[blocked])} — the signature of "
+            "gradient masking, expected for the source paper's premise that attacks see no gradient"
+        )
+    for mode, names in fails.items():
+        if mode == blocked:
+            continue
+        where = "in every mode" if mode == ALL_MODES else f"under {mode} gradients"
+        parts.append(f"{where} {', '.join(names)} fail — numbers there may overstate robustness")
+    return f"Diagnostics for **{model}**: " + "; ".join(parts) + "."
+
+
+def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+    cats = set(categories.values())
+    if not cats:
+        return "no candidate with a fixed front-end and a comparable budget was evaluated."
+    if cats == {INCONCLUSIVE}:
+        reasons = dict.fromkeys(str(details.get(k, {}).get("inconclusive_reason", "")) for k in categories)
+        return "inconclusive at this scale: " + "; ".join(r for r in reasons if r) + "."
+    if cats <= {MASKING, NOT_ROBUST}:
+        if MASKING in cats:
+            return (
+                "the claim is not supported: the robustness seen with blocked gradients disappears under "
+                "attacks that differentiate or bypass the front-end (gradient masking)."
+            )
+        return (
+            "the claim is not supported: the model is no more robust than the baseline under honest attacks."
+        )
+    if cats == {NO_BASELINE}:
+        return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
+    if cats == {ROBUST}:
+        return "the claim holds as measured: the model is more robust than the baseline under every attack."
+    return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."
