@@ -217,3 +217,31 @@ def test_finalize_run_rejects_misaligned_images(tmp_path):
         finalize_run(run, {"patch": QuadrantLinear()}, x[:50], y[:50], Info())
     with pytest.raises(ValueError, match="no records"):
         finalize_run(run, {"other": QuadrantLinear()}, x, y, Info())
+
+
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [
+        # what runs record (cli.command_line): shown as it is, torchrun included
+        (
+            "python -m robustbench_wave.attack --model patch",
+            "python -m robustbench_wave.attack --model patch",
+        ),
+        (
+            "torchrun --nproc_per_node=2 -m robustbench_wave.attack --model patch",
+            "torchrun --nproc_per_node=2 -m robustbench_wave.attack --model patch",
+        ),
+        # runs written before commands were recorded whole: the module's file path came first
+        ("/x/robustbench_wave/attack.py --model patch", "python -m robustbench_wave.attack --model patch"),
+        ("/x/robustbench_wave/attack.py", "python -m robustbench_wave.attack"),
+    ],
+)
+def test_reproduce_shows_the_recorded_command_once(tmp_path, recorded, shown):
+    """The Reproduce block printed `python -m robustbench_wave.attack -m robustbench_wave.attack ...` for every
+    run that recorded its whole command (it dropped only the first word)."""
+    run = _synthetic_run(tmp_path / "run")
+    meta = json.loads((run / rec.META_FILE).read_text())
+    meta["run"] = {**(meta.get("run") or {}), "command": recorded}
+    rec.write_meta(meta, run / rec.META_FILE)
+    reproduce = _section(write_report(run, figures=False).read_text(), "Reproduce")
+    assert f"```bash\n{shown}\n```" in reproduce

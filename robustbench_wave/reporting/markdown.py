@@ -423,14 +423,25 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
+def rerun_command(recorded: str) -> str:
+    """The shell command that reruns a run, from its ``meta["run"]["command"]``.
+
+    Runs record the command itself (``python -m robustbench_wave.attack ...``, behind ``torchrun`` when it
+    started them); runs written before that recorded the module's file path first, which is replaced.
+    """
+    if recorded.startswith(("python -m ", "torchrun ")):
+        return recorded
+    args = recorded.split(" ", 1)[1] if " " in recorded else ""
+    return f"python -m robustbench_wave.attack {args}".rstrip()
+
+
 def commands_markdown(runs: Sequence[RunFolder]) -> str:
     """The attack command of each run, then the command that rebuilds this report."""
     blocks = []
     for run in runs:
         cmd = (run.meta.get("run") or {}).get("command")
         if cmd:
-            args = cmd.split(" ", 1)[1] if " " in cmd else ""
-            blocks.append(f"```bash\npython -m robustbench_wave.attack {args}".rstrip() + "\n```")
+            blocks.append(f"```bash\n{rerun_command(cmd)}\n```")
     rebuild = " ".join([REPORT_COMMAND, *(str(r.path) for r in runs)])
     blocks += [
         "Rebuild this report from the saved files (no attacks are re-run):",
