@@ -66,7 +66,7 @@ from robustbench_wave.distributed import (
     resolve_device,
     shutdown,
 )
-from robustbench_wave.evaluation import ALL_MODES, EvaluationResult, evaluate
+from robustbench_wave.evaluation import ALL_MODES, EvalSettings, EvaluationResult, evaluate
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
 from robustbench_wave.evaluation.chunks import tensor_sha256
@@ -691,27 +691,30 @@ def attack_models(
         sur = surrogate[0].to(device) if surrogate is not None else None
         if sur is model:
             log.info("%s is its own surrogate: the transfer attack is a white-box attack here", name)
+        settings_of_model = EvalSettings(
+            model_name=name,
+            dataset=info,
+            grad_modes=tuple(modes),
+            backend=settings.backend,
+            seed=settings.seed,
+            skip_broken=settings.skip_broken,
+            cross_check=settings.cross_check,
+        )
         result = evaluate(
             model,
             images,
             labels,
             suite,
-            dataset=info,
-            grad_modes=modes,
-            backend=settings.backend,
-            seed=settings.seed,
-            batch_size=batch_size,
-            skip_broken=settings.skip_broken,
+            settings_of_model,
             surrogate=sur,
             surrogate_name=settings.key(settings.surrogate) if sur is not None else None,
-            model_name=name,
-            progress=progress,
-            cross_check=settings.cross_check,
-            cache_dir=cache_dir,
             example_ids=example_ids,
-            extra_meta=_model_extra(settings, tmeta),
-            specs=_spec_ids(tmeta, surrogate),
+            batch_size=batch_size,
+            progress=progress,
+            cache_dir=cache_dir,
             save_adversarial=settings.save_adversarial,
+            specs=_spec_ids(tmeta, surrogate),
+            extra_meta=_model_extra(settings, tmeta),
         )
         results.append(result)
         echo(_summary_line(name, result))

@@ -26,7 +26,7 @@ from torch import nn
 from robustbench_wave import attack, report
 from robustbench_wave.attacks import load_suite
 from robustbench_wave.data import dataset_info, load_split, to_float
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE
 from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
@@ -292,7 +292,8 @@ def test_chunks_made_under_another_spec_are_not_resumed(tmp_path: Path) -> None:
     model = _tiny(4)
 
     def run(specs: dict[str, str] | None):  # type: ignore[no-untyped-def]
-        return evaluate(model, x, y, suite, dataset=info, progress=False, cache_dir=tmp_path, specs=specs)
+        settings = EvalSettings(dataset=info)
+        return evaluate(model, x, y, suite, settings, progress=False, cache_dir=tmp_path, specs=specs)
 
     first = run({"model": "a"})
     again, other = run({"model": "a"}), run({"model": "b"})

@@ -24,7 +24,7 @@ from torch import nn
 
 from robustbench_wave import attack, report
 from robustbench_wave.distributed import shard_bounds
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
 from robustbench_wave.evaluation.sharding import Shard, merge_results, shard_positions
 from robustbench_wave.runfolder import RunLock
@@ -171,12 +171,15 @@ def test_unaligned_shards_would_change_records(tiny: Path) -> None:
     x, y = to_float(images[:24]), torch.as_tensor(labels[:24]).long()
     model, _ = _load_trained("tiny", "synthetic")
     suite = load_suite(tiny / "suite.toml").select(["square"])
-    kw = dict(dataset=info, grad_modes=["exact"], batch_size=5, progress=False)
-    whole = evaluate(model, x, y, suite, **kw)
+    settings = EvalSettings(dataset=info, grad_modes=("exact",))
+    kw = dict(batch_size=5, progress=False)
+    whole = evaluate(model, x, y, suite, settings, **kw)
 
     def split(cut: int):  # type: ignore[no-untyped-def]
         parts = [range(0, cut), range(cut, 24)]
-        results = [evaluate(model, x[list(p)], y[list(p)], suite, example_ids=list(p), **kw) for p in parts]
+        results = [
+            evaluate(model, x[list(p)], y[list(p)], suite, settings, example_ids=list(p), **kw) for p in parts
+        ]
         return merge_results(results, [Shard(0, 2), Shard(1, 2)], range(24)).records
 
     assert split(16).equals(whole.records)  # aligned to rng_block = 8

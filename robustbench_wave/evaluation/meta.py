@@ -80,9 +80,11 @@ def _attacks_meta(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _settings(settings: EvalSettings, plan: Plan, device: torch.device, fingerprint: str) -> dict[str, Any]:
+def _settings(
+    settings: EvalSettings, plan: Plan, device: torch.device, batch_size: int, fingerprint: str
+) -> dict[str, Any]:
     return {
-        "batch_size": settings.batch_size,
+        "batch_size": batch_size,
         "skip_broken": settings.skip_broken,
         "backend": settings.backend,
         "cross_check": settings.cross_check,
@@ -100,11 +102,13 @@ def build_meta(
     model_run: ModelRun,
     *,
     device: torch.device,
+    batch_size: int,
     fingerprint: str,
 ) -> dict[str, Any]:
     """The ``meta.json`` of one model's evaluation (:meth:`EvaluationResult.merge` joins several models).
 
-    ``data`` is (images, labels, example ids); ``fingerprint`` identifies the configuration (:mod:`chunks`).
+    ``data`` is (images, labels, example ids); ``device`` and ``batch_size`` are how it ran; ``fingerprint``
+    identifies the configuration (:mod:`chunks`).
     """
     suite, info = plan.suite, plan.dataset
     is_info = dataclasses.is_dataclass(info) and not isinstance(info, type)
@@ -115,7 +119,7 @@ def build_meta(
         "provenance": provenance(),
         "suite": suite.to_dict(),
         "dataset": {
-            "name": settings.dataset,
+            "name": settings.dataset_name,
             "eps_key": suite.eps_key(info),
             "eps": plan.threat_eps,
             "info": dataclasses.asdict(info) if is_info else None,
@@ -127,7 +131,7 @@ def build_meta(
         },
         "data_sha256": tensor_sha256(*data),
         "seeds": {"attack_seed": settings.seed},
-        "settings": _settings(settings, plan, device, fingerprint),
+        "settings": _settings(settings, plan, device, batch_size, fingerprint),
         "attacks": _attacks_meta(plan),
         "models": {model_run.name: model_run.to_dict()},
     }
