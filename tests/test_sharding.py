@@ -26,7 +26,7 @@ from robustbench_wave import attack, report
 from robustbench_wave.distributed import shard_bounds
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
-from robustbench_wave.evaluation.sharding import Shard, merge_results, shard_positions
+from robustbench_wave.evaluation.sharding import Shard, ShardJob, merge_results, shard_positions
 from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
 from tests.support.attack_models import ToyFrontEnd
@@ -189,6 +189,22 @@ def test_unaligned_shards_would_change_records(tiny: Path) -> None:
 # ----------------------------------------------------------------------------------- --shard jobs + merge
 
 
+def test_the_shard_job_schema_round_trips_and_names_a_bad_field() -> None:
+    job = ShardJob(1, 2, [8, 9], 10, "abc", "results", {"diagnostics": False})
+    keys = ["index", "count", "example_ids", "run_n_examples", "run_data_sha256", "results_dir", "finalize"]
+    assert list(job.to_dict()) == keys
+    assert ShardJob.from_dict(json.loads(json.dumps(job.to_dict())), "m.json") == job
+    assert ShardJob.from_dict(
+        {"index": 0, "count": 1, "example_ids": [], "run_n_examples": 0}, "m"
+    ) == ShardJob(
+        0, 1, [], 0, None, "results", {}
+    )  # what older shard jobs may lack has the defaults the merge always assumed
+    with pytest.raises(ValueError, match=r"m\.json: field shard\.count = None is not a whole number"):
+        ShardJob.from_dict({"index": 0}, "m.json")
+    with pytest.raises(ValueError, match=r"field shard\.example_ids is not a list"):
+        ShardJob.from_dict({**job.to_dict(), "example_ids": [True]}, "m.json")
+
+
 def test_shard_jobs_merge_to_the_one_process_records(tiny: Path, tmp_path: Path, reference: bytes) -> None:
     for i in (1, 0):  # any order
         assert attack.main(_args(tmp_path, tiny, "--shard", f"{i}/2")) == 0
@@ -197,9 +213,11 @@ def test_shard_jobs_merge_to_the_one_process_records(tiny: Path, tmp_path: Path,
     shard_meta = json.loads((run / "shards" / "1-of-2" / "meta.json").read_text())
     assert shard_meta["shard"]["example_ids"] == list(range(24, N))
     assert shard_meta["provenance"]["execution"]["shard"] == "1/2"
+    assert ShardJob.from_dict(shard_meta["shard"], "meta.json").to_dict() == shard_meta["shard"]  # one schema
     assert report.main(["merge", str(run)]) == 0
     assert (run / RECORDS_FILE).read_bytes() == reference
     meta = json.loads((run / "meta.json").read_text())
+    assert set(meta["run"]) == set(shard_meta["run"]) == {"run_dir", "command", "config"}  # one builder
     assert meta["n_examples"] == N and meta["sharding"]["count"] == 2
     assert [s["n_examples"] for s in meta["sharding"]["shards"]] == [24, 19]
     for name in ("table.csv", "config.json", "report.md", "diagnostics.csv"):
