@@ -76,7 +76,7 @@ from robustbench_wave.evaluation.chunks import (
 from robustbench_wave.evaluation.execute import Progress, predict, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
 from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
-from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Plan
+from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
@@ -119,9 +119,7 @@ def resolve_grad_modes(model: nn.Module, grad_modes: Sequence[str] | None) -> li
     return sorted(dict.fromkeys(modes), key=ALL_MODES.index)
 
 
-def _check_inputs(
-    images: torch.Tensor, labels: torch.Tensor, example_ids: Any
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _check_inputs(images: torch.Tensor, labels: torch.Tensor, example_ids: Any) -> Examples:
     if not isinstance(images, torch.Tensor) or images.dim() != 4:
         raise ValueError("images must be a tensor (N, C, H, W) with values in [0,1]")
     if images.dtype == torch.uint8:
@@ -135,7 +133,7 @@ def _check_inputs(
     ids = torch.arange(len(images)) if example_ids is None else torch.as_tensor(example_ids).long().view(-1)
     if len(ids) != len(images) or len(torch.unique(ids)) != len(ids):
         raise ValueError("example_ids must be one unique integer per image")
-    return images.cpu(), labels.cpu(), ids.cpu()
+    return Examples(images.cpu(), labels.cpu(), ids.cpu())
 
 
 def _check_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
@@ -149,7 +147,7 @@ def _check_device(model: nn.Module, device: str | torch.device | None) -> torch.
 def _fingerprint(
     plan: Plan,
     settings: EvalSettings,
-    data: tuple[torch.Tensor, ...],
+    data: Examples,
     model: nn.Module,
     surrogate: nn.Module | None,
     modes: list[str],
@@ -162,7 +160,7 @@ def _fingerprint(
         {
             "suite": suite,
             "eps": plan.threat_eps,
-            "data": tensor_sha256(*data),
+            "data": tensor_sha256(*data.tensors()),
             "weights": state_sha256(model),
             "surrogate": state_sha256(surrogate) if surrogate is not None else None,
             "seed": settings.seed,
@@ -509,7 +507,7 @@ def evaluate(
     modes = resolve_grad_modes(model, settings.grad_modes)
     dev = _check_device(model, device)
     plan = Plan.make(
-        suite, settings.dataset, settings.backend, surrogate is not None, data[0], settings.cross_check
+        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check
     )
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
@@ -546,7 +544,7 @@ def _result(
 
 def _start(
     model: nn.Module,
-    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    data: Examples,
     modes: list[str],
     plan: Plan,
     ctx: RunContext,
@@ -555,7 +553,7 @@ def _start(
     batch_size: int,
 ) -> tuple[_Run, tuple[list[pd.DataFrame], dict[str, Any]]]:
     """Clean predictions: the run's starting worst case, and the clean records with their timing."""
-    images, labels, ids = data
+    images, labels, ids = data.tensors()
     t0 = time.perf_counter()
     pred, loss = predict(model, images, labels, batch_size, device)
     clean_correct = pred == labels

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.evaluation.chunks import state_sha256, tensor_sha256
-from robustbench_wave.evaluation.plan import EvalSettings, Plan
+from robustbench_wave.evaluation.plan import EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.records import SCHEMA_VERSION
 from robustbench_wave.io import provenance
 from robustbench_wave.models.frontend import has_fixed_front_end
@@ -98,7 +98,7 @@ def _settings(
 def build_meta(
     plan: Plan,
     settings: EvalSettings,
-    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    data: Examples,
     model_run: ModelRun,
     *,
     device: torch.device,
@@ -107,12 +107,12 @@ def build_meta(
 ) -> dict[str, Any]:
     """The ``meta.json`` of one model's evaluation (:meth:`EvaluationResult.merge` joins several models).
 
-    ``data`` is (images, labels, example ids); ``device`` and ``batch_size`` are how it ran; ``fingerprint``
+    ``data`` are the checked images, labels and example ids; ``device`` and ``batch_size`` are how it ran; ``fingerprint``
     identifies the configuration (:mod:`chunks`).
     """
     suite, info = plan.suite, plan.dataset
     is_info = dataclasses.is_dataclass(info) and not isinstance(info, type)
-    ids = data[2]
+    ids = data.ids
     return {
         "schema_version": SCHEMA_VERSION,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -124,12 +124,12 @@ def build_meta(
             "eps": plan.threat_eps,
             "info": dataclasses.asdict(info) if is_info else None,
         },
-        "n_examples": len(data[1]),
+        "n_examples": len(data),
         "example_ids": {
             "first": int(ids[0]) if len(ids) else None,
             "last": int(ids[-1]) if len(ids) else None,
         },
-        "data_sha256": tensor_sha256(*data),
+        "data_sha256": tensor_sha256(*data.tensors()),
         "seeds": {"attack_seed": settings.seed},
         "settings": _settings(settings, plan, device, batch_size, fingerprint),
         "attacks": _attacks_meta(plan),

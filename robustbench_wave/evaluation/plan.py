@@ -1,7 +1,7 @@
 """What one evaluation will run, decided before any attack: the settings it shares and the suite's plan.
 
 :class:`EvalSettings` holds the choices that change an evaluation's records (the rest of what :func:`evaluate`
-takes is its inputs and how fast it runs); :class:`Plan` resolves the suite for a data set once (budgets per
+takes is its inputs, :class:`Examples` once checked, and how fast it runs); :class:`Plan` resolves the suite for a data set once (budgets per
 threat and per attack, back-ends, the attacks that cannot run and why), so the loop, the chunk fingerprint
 and ``meta.json`` all read the same decisions. :func:`check_budgets` is the part of that resolution a caller can run before it has any images
 (the attack command, before it writes anything).
@@ -83,6 +83,23 @@ class EvalSettings:
     def num_classes(self) -> int | None:
         """The data set's classes when known (a DatasetInfo): what targeted attacks aim at."""
         return getattr(self.dataset, "num_classes", None)
+
+
+@dataclass(frozen=True, eq=False)
+class Examples:
+    """The checked inputs of one evaluation: float images in [0,1] and int64 labels on the CPU, and each
+    image's id in the whole run (what seeds its attacks and names its records)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(images, labels, ids), the order their digest (``data_sha256``, the chunk fingerprint) hashes."""
+        return self.images, self.labels, self.ids
 
 
 def check_budgets(suite: Suite, dataset: Any, shape: tuple[int, ...]) -> dict[str, list[float]]:
