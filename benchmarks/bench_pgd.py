@@ -30,7 +30,7 @@ from benchmarks.harness import (
     run_script,
 )
 from robustbench_wave.attacks import PGD, GradSafe, Suite, attack_mode, parse_suite
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.models.flops import vit_flops
 from robustbench_wave.models.frontend import grad_mode, has_fixed_front_end
 
@@ -100,7 +100,13 @@ def variants(
         "torchattacks": lambda: ta(x, y),
         "harness_engine": lambda: engine.run(safe, x, y, ids),
         "harness_evaluate": lambda: evaluate(
-            model, x, y, suite, grad_modes=["exact"], skip_broken=False, progress=False, batch_size=len(x)
+            model,
+            x,
+            y,
+            suite,
+            EvalSettings(grad_modes=("exact",), skip_broken=False),
+            progress=False,
+            batch_size=len(x),
         ),
     }
 

@@ -36,7 +36,7 @@ from benchmarks.harness import (
     run_script,
 )
 from robustbench_wave.attacks import AttackEntry, Suite, parse_suite
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.models.flops import vit_flops
 
 ATTACKS = ("clean", "fgsm", "pgd_linf", "pgd_l2", "apgd_ce", "square")
@@ -164,7 +164,9 @@ def suite_rows(
             model,
             counts,
             "harness_suite",
-            lambda: evaluate(model, x, y, suite, dataset=dataset, grad_modes=["exact"], progress=False),
+            lambda: evaluate(
+                model, x, y, suite, EvalSettings(dataset=dataset, grad_modes=("exact",)), progress=False
+            ),
         ),
         "matmul": probe,
     }

@@ -34,16 +34,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from robustbench_wave.attackrun import FinalizeOptions, finish_merged_run, reaudit_run, write_merged_run
 from robustbench_wave.cli import Parser, command_line, positive_int
-from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
-from robustbench_wave.evaluation.result import EvaluationResult
-from robustbench_wave.evaluation.sharding import ShardFolder, merge_shard_folders
-from robustbench_wave.io import atomic_write_json
+from robustbench_wave.evaluation.sharding import merge_shard_folders
 from robustbench_wave.reporting.markdown import write_report
-from robustbench_wave.reporting.runs import FIGURES_DIR, REPORT_OUTPUT_FILES, RunFolder, load_run, report_path
-from robustbench_wave.reporting.tables import TABLE_FILES, write_tables
-from robustbench_wave.runfolder import RunLock, check_writable_root, remove_owned
+from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
+from robustbench_wave.reporting.tables import write_tables
+from robustbench_wave.runfolder import RunLock, check_writable_root
 
 #: First word that selects the merge subcommand (any other first argument is a run folder).
 MERGE = "merge"
@@ -128,68 +125,33 @@ def _setup_logging(quiet: bool) -> None:
     )
 
 
-def _discard_other_configuration(run_dir: Path, config: dict[str, Any]) -> None:
-    """Remove the outputs of another configuration from ``run_dir`` (by name: nothing else is touched), so
-    no stale diagnostics, energy or cross-check of it end up in the merged run's report."""
-    old = rec.read_meta(run_dir / rec.CONFIG_FILE)
-    if old and old != config:
-        log.warning("%s held another configuration's results; removing them", run_dir)
-        files = [rec.RECORDS_FILE, rec.META_FILE, rec.CROSSCHECK_FILE, rec.CONFIG_FILE]
-        remove_owned(
-            run_dir, [*files, *TABLE_FILES.values(), *REPORT_OUTPUT_FILES], [FIGURES_DIR, ADVERSARIAL_DIR]
-        )
-
-
-def _write_merged(
-    run_dir: Path, merged: EvaluationResult, folders: list[ShardFolder], quiet: bool, command: str
-) -> None:
-    """Records, meta.json, then config.json (all validated before), then the tables."""
-    config = folders[0].config
-    _discard_other_configuration(run_dir, config)
-    merged.meta["run"] = {"run_dir": str(run_dir), "command": command, "config": config}
-    paths = merged.save(run_dir)
-    atomic_write_json(run_dir / rec.CONFIG_FILE, config)
-    paths |= write_tables(merged.records, run_dir, meta=merged.meta)
-    if not quiet:
-        sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
-    sys.stdout.write(f"merged {len(folders)} shards into {run_dir}: {', '.join(sorted(paths))}\n")
-
-
-def _finalize_merged(args: Any, config: dict[str, Any], info: dict[str, Any], options: Any) -> None:
-    """Diagnostics, energy and report.md as the attack command writes them; report.md from the records alone
-    with --no-diagnostics (or when the shards ran without them, or a model cannot be loaded)."""
-    from robustbench_wave import attack  # the attack command's model loading and finalize step
-
-    if args.diagnostics and options.diagnostics:
-        results_dir = args.results_dir or Path(info.get("results_dir", "results"))
-        try:
-            attack.finalize_merged_run(args.run_dir, config, results_dir, options, args.device)
-            return
-        except SystemExit as err:
-            log.warning("no diagnostics (%s); writing report.md from the records", err)
-    report = write_report([load_run(args.run_dir)], report_path([args.run_dir]), figures=args.figures)
-    sys.stdout.write(f"wrote {report}\n")
+def _echo(msg: str) -> None:
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
 
 
 def merge_main(argv: list[str]) -> int:
-    """``report merge RUN``: check the shards, then (holding the run folder's lock) write and finalize the run."""
-    from robustbench_wave import attack  # the finalize options the shards stored
-
+    """``report merge RUN``: check the shards, then (holding the run folder's lock) write and finalize the run
+    (:mod:`robustbench_wave.attackrun.merge`)."""
     args = get_merge_parser().parse_args(argv)
     _setup_logging(args.quiet)
     try:
         merged, folders = merge_shard_folders(args.run_dir)
-        info = folders[0].info
-        options = attack.FinalizeOptions.from_dict(info.get("finalize", {}))
+        job, config = folders[0].job, folders[0].config
+        options = FinalizeOptions.from_dict(job.finalize)
         with RunLock(args.run_dir, hint=BUSY_HINT):
-            _write_merged(
-                args.run_dir,
-                merged,
-                folders,
-                args.quiet,
-                command_line("robustbench_wave.report", [MERGE, *argv]),
+            command = command_line("robustbench_wave.report", [MERGE, *argv])
+            paths = write_merged_run(args.run_dir, merged, config, command)
+            if not args.quiet:
+                sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
+            sys.stdout.write(
+                f"merged {len(folders)} shards into {args.run_dir}: {', '.join(sorted(paths))}\n"
             )
-            _finalize_merged(args, folders[0].config, info, options)
+            finish_merged_run(
+                args.run_dir, config, options, diagnostics=args.diagnostics,
+                results_dir=args.results_dir or Path(job.results_dir), device=args.device,
+                figures=args.figures, echo=_echo,
+            )  # fmt: skip
     except ValueError as err:
         raise SystemExit(f"cannot merge {args.run_dir}: {err}") from None
     return 0
@@ -286,50 +248,6 @@ def get_reaudit_parser() -> Parser:
         "--batch-size", type=positive_int, default=None, help="examples per forward pass (default: the run's)"
     )
     return p
-
-
-def reaudit_run(
-    run_dir: Path, results_dir: Path, device: str = "auto", batch_size: int | None = None
-) -> tuple[Any, list[str]]:
-    """(the re-audit table of every model, the problems found): the run checked complete, its models and
-    test images reloaded and checked to be the ones attacked, then :func:`evaluation.reaudit.reaudit_model`."""
-    import pandas as pd
-
-    from robustbench_wave import attack  # the attack command's model and data loading
-    from robustbench_wave.distributed import resolve_device
-    from robustbench_wave.evaluation.chunks import state_sha256
-    from robustbench_wave.evaluation.reaudit import FAILURES, reaudit_model
-    from robustbench_wave.evaluation.result import load_adversarial
-    from robustbench_wave.models.compiled import compile_model
-
-    run = load_run(run_dir)
-    kept = load_adversarial(run_dir, run.meta)
-    if not kept:
-        raise ValueError(
-            f"{run_dir} holds no saved adversarial examples ({rec.META_FILE} lists none); re-run the attack "
-            "command with --save-adversarial"
-        )
-    config = (run.meta.get("run") or {}).get("config") or rec.read_meta(run_dir / rec.CONFIG_FILE)
-    models = attack.reload_models(config, results_dir, "since the run was attacked; cannot re-audit")
-    images, labels, info = attack.load_test_images(config["dataset"], config["n_examples"])
-    if attack.run_data_sha256((images, labels, info)) != run.meta.get("data_sha256"):
-        raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
-    dev = resolve_device(device)
-    batch = batch_size or int((run.meta.get("settings") or {}).get("batch_size") or 128)
-    tables, problems = [], []
-    for name, adv in kept.items():
-        model = compile_model(models[name][0], config.get("compile", "off")).to(dev)
-        if state_sha256(model) != run.meta["models"][name].get("param_sha256"):
-            problems.append(f"{name}: the reloaded weights differ from the attacked ones (param_sha256)")
-        rows = run.records[run.records["model"] == name]
-        tables.append(
-            reaudit_model(model, images, labels, range(len(labels)), adv, rows, batch_size=batch, device=dev)
-        )
-    table = pd.concat(tables, ignore_index=True)
-    for col in FAILURES:
-        if table[col].sum():
-            problems.append(f"{int(table[col].sum())} {col[2:].replace('_', ' ')}")
-    return table, problems
 
 
 def reaudit_main(argv: list[str]) -> int:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from robustbench_wave import attack, report
+from robustbench_wave import attack, attackrun, report
 from robustbench_wave.attacks import perturbation_norm
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR, read_set, write_set
@@ -140,7 +140,7 @@ def test_reaudit_reproduces_the_recorded_predictions(saved_run: Path, tiny: Path
     out = capsys.readouterr().out
     assert "re-audit passed" in out
     assert report.main(["reaudit", str(saved_run)]) == 0
-    table = report.reaudit_run(saved_run, Path("results"), "cpu")[0]
+    table = attackrun.reaudit_run(saved_run, Path("results"), "cpu")[0]
     assert set(table["grad_mode"]) == {"exact", "blocked", "bpda"} and table["n_checked"].sum() > 0
     assert (table[["n_budget_violations", "n_pred_mismatches", "n_unmatched", "n_missing"]] == 0).all().all()
 

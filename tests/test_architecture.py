@@ -1,7 +1,8 @@
 """The package's layering (docs/architecture.md) holds: imports only go down the pipeline, never up.
 
 A layer may import itself and any lower layer; ``training`` and ``attacks`` share a level and do not import
-each other; only the command lines may import anything. A failure names the offending import.
+each other; only the command lines may import anything, and they stay thin: argument parsing and calls into
+the library (``attackrun`` owns an attack run), never each other. A failure names the offending import.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ LAYER = {
     "evaluation": 4,
     "analysis": 5,
     "reporting": 6,
+    "attackrun": 7,
 }
 COMMAND_LINES = {"train", "attack", "report", "cli", "__init__"}
 
@@ -68,3 +70,54 @@ def test_every_subpackage_has_a_layer_and_says_what_it_owns() -> None:
             assert sub.name in LAYER, f"robustbench_wave/{sub.name} has no layer in docs/architecture.md"
             doc = ast.get_docstring(ast.parse((sub / "__init__.py").read_text(encoding="utf-8")))
             assert doc and len(doc) > 80, f"robustbench_wave/{sub.name}/__init__.py needs a docstring"
+
+
+#: The most lines a command line may have: argument parsing and calls, the work is the library's.
+CLI_MAX_LINES = 400
+
+
+@pytest.mark.parametrize("name", ["attack", "report"])
+def test_the_attack_and_report_command_lines_are_thin(name: str) -> None:
+    lines = len((PACKAGE / f"{name}.py").read_text(encoding="utf-8").splitlines())
+    assert lines < CLI_MAX_LINES, (
+        f"robustbench_wave/{name}.py has {lines} lines: move library code into a package below it"
+    )
+
+
+def test_the_report_command_never_imports_the_attack_command() -> None:
+    """merge, finalize and re-audit reach the attack run's library (``attackrun``), not another command."""
+    tree = ast.parse((PACKAGE / "report.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "robustbench_wave":
+            assert "attack" not in {a.name for a in node.names}, f"report.py:{node.lineno} imports attack"
+        else:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            assert "robustbench_wave.attack" not in names, f"report.py:{node.lineno} imports the attack CLI"
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """module -> the modules of ``package`` it imports (absolute imports of robustbench_wave.<package>.*)."""
+    prefix = f"robustbench_wave.{package}"
+    graph = {}
+    for path in sorted((PACKAGE / package).glob("*.py")):
+        name = f"{prefix}.{path.stem}" if path.stem != "__init__" else prefix
+        graph[name] = {m for _, m in _imports(path) if m.startswith(prefix + ".") or m == prefix}
+    return graph
+
+
+def test_the_attack_run_package_has_no_import_cycle() -> None:
+    graph = _module_graph("attackrun")
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        assert node not in path, f"import cycle: {' -> '.join([*path[path.index(node) :], node])}"
+        if node in done:
+            return
+        for other in graph.get(node, ()):
+            if other != "robustbench_wave.attackrun":  # the package's own re-exports
+                visit(other, [*path, node])
+        done.add(node)
+
+    for module in graph:
+        visit(module, [])

@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from robustbench_wave import attack
+from robustbench_wave import attack, attackrun
 from robustbench_wave.cli import command_line
+from robustbench_wave.data import LabelledImages, load_split, load_test_images
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.training import checkpoint
 
@@ -172,7 +173,7 @@ def test_compile_mode_is_part_of_the_run_only_when_on(monkeypatch: pytest.Monkey
     while eager runs keep the configuration they always had."""
     args = attack.get_args_parser().parse_args(["--model", "patch"])
     assert args.compile == "off"
-    suite = attack.select_suite("smoke", None)
+    suite = attackrun.select_suite("smoke", None)
     eager = attack._settings(args).to_config(suite, {})
     assert "compile" not in eager
     compiled = attack._settings(
@@ -197,3 +198,21 @@ def test_the_recorded_command_reruns_the_invocation(sizes: dict[str, int], launc
     line = command_line("robustbench_wave.attack", argv, **sizes)
     # quoted so that a shell gives back the same arguments (the path with a space stays one argument)
     assert shlex.split(line) == [*launcher, "-m", "robustbench_wave.attack", *argv]
+
+
+def test_the_test_images_come_named_and_at_most_the_split(caplog: pytest.LogCaptureFixture) -> None:
+    """An attack run's data travel as LabelledImages (never a tuple read by position): the first N test
+    images in [0, 1], and all of them, with a warning, when the split is smaller."""
+    data = load_test_images("synthetic", 5)
+    assert isinstance(data, LabelledImages) and len(data) == 5 and data.info.name == "synthetic"
+    assert (
+        data.images.dtype == torch.float32 and 0 <= float(data.images.min()) <= float(data.images.max()) <= 1
+    )
+    assert data.image_shape == (data.info.in_chans, data.info.img_size, data.info.img_size)
+    part = data.subset(torch.tensor([1, 3]))
+    assert torch.equal(part.images, data.images[[1, 3]]) and torch.equal(part.labels, data.labels[[1, 3]])
+    assert part.info is data.info
+    n = len(load_split("synthetic", "test")[1])
+    with caplog.at_level("WARNING", logger="robustbench_wave.data.registry"):
+        assert len(load_test_images("synthetic", n + 5)) == n
+    assert f"the test split has only {n} images" in caplog.text

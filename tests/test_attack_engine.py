@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from robustbench_wave.attacks import BudgetViolation, RunnerSpec, RunOutput, parse_suite
-from robustbench_wave.evaluation import EvaluationResult, evaluate, evaluator
+from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate, evaluator
 from robustbench_wave.evaluation.metrics import WORST, example_flags, middle_budget, robust_flags
 from robustbench_wave.evaluation.records import COLUMNS, DTYPES
 from tests.support.attack_models import frontend_model, labelled, small_cnn, teacher, tiny_suite, toy_data
@@ -54,10 +54,12 @@ def _data(model: torch.nn.Module, n: int = N) -> tuple[torch.Tensor, torch.Tenso
 def cnn_runs() -> dict[str, EvaluationResult]:
     model = small_cnn()
     x, y = _data(model)
-    kw = {"surrogate": teacher(), "progress": False, "seed": 3}
+    kw = {"surrogate": teacher(), "progress": False}
     return {
-        "skip": evaluate(model, x, y, DETERMINISTIC, batch_size=7, **kw),
-        "noskip": evaluate(model, x, y, DETERMINISTIC, batch_size=64, skip_broken=False, **kw),
+        "skip": evaluate(model, x, y, DETERMINISTIC, EvalSettings(seed=3), batch_size=7, **kw),
+        "noskip": evaluate(
+            model, x, y, DETERMINISTIC, EvalSettings(seed=3, skip_broken=False), batch_size=64, **kw
+        ),
     }
 
 
@@ -127,9 +129,9 @@ def test_skip_broken_changes_work_not_the_worst_case(cnn_runs: dict[str, Evaluat
 def test_results_do_not_depend_on_batch_size_for_a_fixed_seed() -> None:
     model = small_cnn(seed=1)
     x, y = _data(model, 24)
-    kw = {"surrogate": teacher(), "progress": False, "seed": 5}
-    a = evaluate(model, x, y, tiny_suite(), batch_size=7, **kw).records
-    b = evaluate(model, x, y, tiny_suite(), batch_size=24, **kw).records
+    kw = {"surrogate": teacher(), "progress": False}
+    a = evaluate(model, x, y, tiny_suite(), EvalSettings(seed=5), batch_size=7, **kw).records
+    b = evaluate(model, x, y, tiny_suite(), EvalSettings(seed=5), batch_size=24, **kw).records
     assert set(a["family"]) >= {"noise", "fgsm", "pgd", "apgd", "square", "transfer"}
     for col in ("attack", "eps", "example_id", "attacked", "correct", "pred", "correct_last"):
         pd.testing.assert_series_equal(a[col], b[col])
@@ -141,7 +143,8 @@ def test_results_do_not_depend_on_batch_size_for_a_fixed_seed() -> None:
 def frontend_run() -> EvaluationResult:
     model = frontend_model()
     x, y = _data(model, 32)
-    return evaluate(model, x, y, DETERMINISTIC, surrogate=teacher(), progress=False, model_name="toy-wavelet")
+    settings = EvalSettings(model_name="toy-wavelet")
+    return evaluate(model, x, y, DETERMINISTIC, settings, surrogate=teacher(), progress=False)
 
 
 def test_fixed_front_end_models_are_attacked_under_every_gradient_mode(
@@ -193,7 +196,7 @@ def test_models_without_front_end_run_exact_only(cnn_runs: dict[str, EvaluationR
         toy_data(4),
         torch.zeros(4, dtype=torch.long),
         DETERMINISTIC.select(["fgsm"]),
-        grad_modes=["exact", "blocked"],
+        EvalSettings(grad_modes=("exact", "blocked")),
         progress=False,
     )
     assert set(r.records["grad_mode"]) == {"exact"}
@@ -249,7 +252,7 @@ def test_killed_runs_resume_from_saved_chunks(tmp_path) -> None:
     assert third.meta["models"]["model"]["resumed_chunks"] == 2
     pd.testing.assert_frame_equal(first.records, third.records)
     # a different configuration (seed) never reuses old chunks
-    other = evaluate(model, x, y, suite, seed=1, **kw)
+    other = evaluate(model, x, y, suite, EvalSettings(seed=1), **kw)
     assert other.meta["models"]["model"]["resumed_chunks"] == 0
 
 
@@ -269,13 +272,14 @@ def test_budget_violations_stop_the_run_naming_the_attack(monkeypatch: pytest.Mo
     model = small_cnn()
     x, y = _data(model, 8)
     with pytest.raises(BudgetViolation, match="'fgsm \\(foolbox\\)'"):
-        evaluate(model, x, y, DETERMINISTIC.select(["fgsm"]), backend="foolbox", progress=False)
+        evaluate(model, x, y, DETERMINISTIC.select(["fgsm"]), EvalSettings(backend="foolbox"), progress=False)
 
 
 def test_cross_check_runs_the_other_backends_on_the_same_points() -> None:
     model = small_cnn()
     x, y = _data(model, 24)
-    r = evaluate(model, x, y, DETERMINISTIC.select(["fgsm", "pgd_linf"]), cross_check=True, progress=False)
+    suite = DETERMINISTIC.select(["fgsm", "pgd_linf"])
+    r = evaluate(model, x, y, suite, EvalSettings(cross_check="all"), progress=False)
     xc = r.crosscheck()
     assert set(zip(xc["attack"], xc["backend"])) == {
         ("fgsm", "foolbox"),
@@ -313,7 +317,7 @@ def test_every_break_counts_whichever_back_end_found_it(monkeypatch: pytest.Monk
     model = small_cnn()
     x, y = _data(model, 24)
     suite = DETERMINISTIC.select(["pgd_linf"])
-    r = evaluate(model, x, y, suite, cross_check="all", progress=False, skip_broken=True)
+    r = evaluate(model, x, y, suite, EvalSettings(cross_check="all", skip_broken=True), progress=False)
     rows = r.records
     primary = rows[rows["attack"] == "pgd_linf"]
     assert not (primary["attacked"] & ~primary["correct"]).any()  # the blind back-end broke nothing
@@ -332,7 +336,7 @@ def test_every_break_counts_whichever_back_end_found_it(monkeypatch: pytest.Monk
     agreement = r.crosscheck()
     assert (agreement["n_only_primary"] == 0).all() and agreement["n_only_backend"].sum() == len(broken)
     # 'headline' cross-checks the middle budget of the grid only
-    head = evaluate(model, x, y, suite, cross_check="headline", progress=False)
+    head = evaluate(model, x, y, suite, EvalSettings(cross_check="headline"), progress=False)
     assert set(head.records.loc[head.records["attack"].str.contains("@", regex=False), "eps"]) == {
         middle_budget(EPS["Linf"])
     }
@@ -350,7 +354,7 @@ def test_input_validation() -> None:
             toy_data(2),
             torch.zeros(2, dtype=torch.long),
             "smoke",
-            backend="cleverhans",
+            EvalSettings(backend="cleverhans"),
             progress=False,
         )
     with pytest.raises(ValueError, match="sqrt"):

@@ -23,10 +23,10 @@ import pytest
 import torch
 from torch import nn
 
-from robustbench_wave import attack, report
+from robustbench_wave import attack, attackrun, report
 from robustbench_wave.attacks import load_suite
 from robustbench_wave.data import dataset_info, load_split, to_float
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE
 from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
@@ -246,12 +246,15 @@ def test_a_configuration_change_removes_the_old_results_first(tmp_path: Path, tr
     run = tmp_path / "attack" / "synthetic" / RUN
     written = {p.name for p in run.iterdir()}
     assert {"records.csv.gz", "crosscheck.csv", "report.md", "verdict.json", "figures", "chunks"} <= written
-    assert written - {".lock"} <= {*attack.RUN_FILES, *attack.RUN_FOLDERS}  # every output is known by name
+    assert written - {".lock"} <= {
+        *attackrun.RUN_FILES,
+        *attackrun.RUN_FOLDERS,
+    }  # every output is known by name
     (run / "notes.txt").write_text("the user's own file")
     config = {**json.loads((run / "config.json").read_text()), "seed": 1}
     with pytest.raises(ValueError, match=r"different configuration.*--overwrite"):
-        attack.prepare_run_dir(run, config, False)
-    attack.prepare_run_dir(run, config, True)  # the --overwrite run is killed right after this
+        attackrun.prepare_run_dir(run, config, False)
+    attackrun.prepare_run_dir(run, config, True)  # the --overwrite run is killed right after this
     assert sorted(p.name for p in run.iterdir()) == [".lock", "config.json", "notes.txt"]
     assert json.loads((run / "config.json").read_text())["seed"] == 1
     with pytest.raises(SystemExit) as err:  # nothing old left for the report to rebuild
@@ -264,9 +267,9 @@ def test_results_without_a_config_are_replaced_only_with_overwrite(tmp_path: Pat
     run.mkdir()
     (run / RECORDS_FILE).write_bytes(b"of an unknown configuration")
     with pytest.raises(ValueError, match=r"without a readable config\.json"):
-        attack.prepare_run_dir(run, {"seed": 0}, False)
+        attackrun.prepare_run_dir(run, {"seed": 0}, False)
     assert not (run / "config.json").exists()
-    attack.prepare_run_dir(run, {"seed": 0}, True)
+    attackrun.prepare_run_dir(run, {"seed": 0}, True)
     assert sorted(p.name for p in run.iterdir()) == ["config.json"]
 
 
@@ -292,7 +295,8 @@ def test_chunks_made_under_another_spec_are_not_resumed(tmp_path: Path) -> None:
     model = _tiny(4)
 
     def run(specs: dict[str, str] | None):  # type: ignore[no-untyped-def]
-        return evaluate(model, x, y, suite, dataset=info, progress=False, cache_dir=tmp_path, specs=specs)
+        settings = EvalSettings(dataset=info)
+        return evaluate(model, x, y, suite, settings, progress=False, cache_dir=tmp_path, specs=specs)
 
     first = run({"model": "a"})
     again, other = run({"model": "a"}), run({"model": "b"})
@@ -332,7 +336,9 @@ def test_unreadable_chunks_are_computed_again(tmp_path: Path, trained: dict, cap
 
 
 def test_finalize_options_of_a_shard_job_are_checked() -> None:
-    assert attack.FinalizeOptions.from_dict({"n_diagnostics": 4}) == attack.FinalizeOptions(n_diagnostics=4)
+    assert attackrun.FinalizeOptions.from_dict({"n_diagnostics": 4}) == attackrun.FinalizeOptions(
+        n_diagnostics=4
+    )
     bad: list[Any] = [
         {"n_diagnostics": 0},
         {"n_diagnostics": -3},
@@ -346,4 +352,4 @@ def test_finalize_options_of_a_shard_job_are_checked() -> None:
     ]
     for options in bad:
         with pytest.raises(ValueError, match="finalize option"):
-            attack.FinalizeOptions.from_dict(options)
+            attackrun.FinalizeOptions.from_dict(options)

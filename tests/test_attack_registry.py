@@ -27,7 +27,7 @@ from robustbench_wave.attacks import (
     parse_suite,
     seeded,
 )
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import records as rec
 from tests.support.attack_models import labelled, patch_model, teacher, toy_data
 
@@ -113,7 +113,9 @@ def test_every_attack_runs_through_the_evaluation_and_emits_the_record_schema(
     x = toy_data(10, seed=2)
     y = labelled(model, x)
     suite = _suite(family, backend, threat)
-    result = evaluate(model, x, y, suite, surrogate=teacher(), seed=0, batch_size=4, progress=False)
+    result = evaluate(
+        model, x, y, suite, EvalSettings(seed=0), surrogate=teacher(), batch_size=4, progress=False
+    )
     r = result.records
     assert list(r.columns) == rec.COLUMNS
     assert {c: str(t) for c, t in r.dtypes.items()} == rec.DTYPES

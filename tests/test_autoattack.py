@@ -16,7 +16,7 @@ from robustbench_wave.attacks import (
     parse_suite,
 )
 from robustbench_wave.attacks.torchattacks_backend import _apgdt_class, target_count
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.metrics import robust_flags, wilson_interval
 from tests.support.attack_models import patch_model, template_data, toy_data, trained_patch_model
 
@@ -126,7 +126,9 @@ def test_builtin_pgd_with_dlr_loss_cross_checks_torchattacks_apgd(threat: str, e
         {"name": "pgd_dlr_foolbox", **pgd, "backend": "foolbox"},
     ]
     suite = parse_suite({"eps": {"default": {threat: [eps]}}, "attack": attacks})
-    records = evaluate(model, x, y, suite, progress=False, batch_size=64, skip_broken=False).records
+    records = evaluate(
+        model, x, y, suite, EvalSettings(skip_broken=False), progress=False, batch_size=64
+    ).records
     assert (records[records["attack"] == "clean"]["correct"]).mean() > 0.8
     reference = {name: _own_accuracy(records, name) for name in ("apgd_dlr", "apgd_t")}
     for second in ("pgd_dlr", "pgd_dlr_foolbox"):
@@ -153,7 +155,8 @@ def test_cross_check_skips_a_backend_that_cannot_run_the_entry() -> None:
     ]
     suite = parse_suite({"eps": {"default": {"Linf": [0.05]}}, "attack": attacks})
     y = model(x).argmax(1).detach()
-    result = evaluate(model, x, y, suite, progress=False, cross_check=True, backend="torchattacks")
+    settings = EvalSettings(cross_check="all", backend="torchattacks")
+    result = evaluate(model, x, y, suite, settings, progress=False)
     crossed = result.records[result.records["attack"].str.contains("@", regex=False)]
     assert sorted(set(crossed["attack"])) == ["pgd_ce@builtin", "pgd_ce@foolbox", "pgd_dlr@foolbox"]
     used = result.records.groupby("attack")["backend"].unique().map(list).to_dict()
@@ -172,7 +175,7 @@ def test_autoattack_worst_case_is_never_above_the_default_suites() -> None:
     """
     model = trained_patch_model()
     x, y = template_data(32, seed=5)
-    kw = {"progress": False, "batch_size": 32, "seed": 0}
+    kw = {"progress": False, "batch_size": 32}
     aa = evaluate(model, x, y, "autoattack", **kw).records
     default = evaluate(model, x, y, "default", surrogate=trained_patch_model(seed=1), **kw).records
     common = 0

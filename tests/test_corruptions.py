@@ -32,7 +32,7 @@ from robustbench_wave.attacks.corruptions import (
 )
 from robustbench_wave.attacks.suite import SUITE_DIR
 from robustbench_wave.data import load_split, to_float
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.metrics import (
     corruption_accuracy,
@@ -248,12 +248,13 @@ def test_deterministic_and_independent_of_batch_and_order(name: str) -> None:
 def test_records_do_not_depend_on_batch_size_or_sharding() -> None:
     model = trained_patch_model()
     x, y = template_data(24, seed=3)
-    kw = {"progress": False, "model_name": "patch"}
-    a = evaluate(model, x, y, "corruptions", batch_size=7, **kw).records
-    b = evaluate(model, x, y, "corruptions", batch_size=24, **kw).records
+    kw = {"progress": False}
+    patch = EvalSettings(model_name="patch")
+    a = evaluate(model, x, y, "corruptions", patch, batch_size=7, **kw).records
+    b = evaluate(model, x, y, "corruptions", patch, batch_size=24, **kw).records
     pd.testing.assert_frame_equal(a, b)
     shards = [  # two shards of whole examples, merged by id: the records of one process
-        evaluate(model, x[s], y[s], "corruptions", example_ids=torch.arange(24)[s], **kw).records
+        evaluate(model, x[s], y[s], "corruptions", patch, example_ids=torch.arange(24)[s], **kw).records
         for s in (slice(0, 11), slice(11, 24))
     ]
     merged = pd.concat(shards).sort_values(["attack", "eps", "example_id"], kind="stable")
@@ -397,7 +398,7 @@ def test_corruptions_neither_skip_nor_mark_points_in_an_evaluation() -> None:
 def test_accuracy_falls_with_severity_and_severity_zero_is_clean() -> None:
     model = trained_patch_model()
     x, y = template_data(120, seed=7)
-    records = evaluate(model, x, y, "corruptions", progress=False, model_name="patch").records
+    records = evaluate(model, x, y, "corruptions", EvalSettings(model_name="patch"), progress=False).records
     acc = corruption_accuracy(records)
     clean = records.loc[records["attack"] == "clean", "correct"].mean()
     assert (acc.loc[acc["severity"] == 0, "accuracy"] == clean).all() and clean > 0.8

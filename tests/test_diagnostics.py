@@ -29,7 +29,7 @@ from robustbench_wave.analysis.checks import (
 from robustbench_wave.analysis.checks import base as checks_base
 from robustbench_wave.analysis.checks.compare import mode_view
 from robustbench_wave.analysis.diagnostics import diagnostics_suite, run_diagnostics
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.metrics import example_status
 from tests.support.masking_models import (
     CHECK_CASES,
@@ -347,8 +347,7 @@ def test_run_diagnostics_uses_records_when_they_decide(data):
         x,
         y,
         diagnostics_suite([0.1, 0.2], steps=4, square_queries=0),
-        skip_broken=False,
-        model_name="honest",
+        EvalSettings(model_name="honest", skip_broken=False),
         progress=False,
     ).records
     report = run_diagnostics(

@@ -12,7 +12,7 @@ import pytest
 
 from robustbench_wave import report
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, parse_suite
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.metrics import summarize
 from robustbench_wave.evaluation.result import EvaluationResult
@@ -179,7 +179,7 @@ def test_finalize_run_end_to_end(tmp_path):
     models = {"patch": QuadrantLinear().eval(), "wavelet": WaveletQuadrant().eval()}
     suite = _finalize_suite()
     results = [
-        evaluate(model, x, y, suite, model_name=name, progress=False, dataset="synthetic")
+        evaluate(model, x, y, suite, EvalSettings(model_name=name, dataset="synthetic"), progress=False)
         for name, model in models.items()
     ]
     run = tmp_path / "run"

@@ -23,7 +23,7 @@ from robustbench_wave.attacks import (
 from robustbench_wave.attacks import builtin as builtin_module
 from robustbench_wave.attacks.lowfreq import LowFreqPGD
 from robustbench_wave.attacks.pgd import BestIterate, loss_and_wrong
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from tests.support.attack_models import (
     NoisyGradientLinear,
     labelled,
@@ -159,13 +159,13 @@ def test_eot_iter_one_runs_the_original_code_path(monkeypatch: pytest.MonkeyPatc
             ],
         }
     )
-    kw = {"progress": False, "batch_size": 8, "seed": 3}
-    new = evaluate(model, x, y, suite, **kw).records
+    kw = {"progress": False, "batch_size": 8}
+    new = evaluate(model, x, y, suite, EvalSettings(seed=3), **kw).records
     monkeypatch.setattr(builtin_module, "PGD", _OriginalPGD)
     fgsm = get_runner("fgsm", "builtin")
     monkeypatch.setitem(registry._RUNNERS, ("fgsm", "builtin"), dataclasses.replace(fgsm, fn=_original_fgsm))
     monkeypatch.setattr(builtin_module, "LowFreqPGD", _OriginalLowFreq)
-    old = evaluate(model, x, y, suite, **kw).records
+    old = evaluate(model, x, y, suite, EvalSettings(seed=3), **kw).records
     pd.testing.assert_frame_equal(new, old, check_exact=True)
     assert (~new.loc[new["attacked"], "correct"]).any()  # the attacks did break something
 

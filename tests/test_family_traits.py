@@ -42,7 +42,7 @@ from robustbench_wave.attacks import (
     schemas,
 )
 from robustbench_wave.attacks import registry as registry_module
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.reporting.export import model_info
 from robustbench_wave.reporting.runs import RunFolder
 from tests.support.attack_models import labelled, patch_model, toy_data
@@ -189,7 +189,12 @@ def _records(suite: Suite) -> tuple[pd.DataFrame, dict[str, Any]]:
     x = toy_data(24, seed=2)
     y = labelled(model, x)
     result = evaluate(
-        model, x, y, suite, progress=False, skip_broken=False, dataset="synthetic", model_name="m"
+        model,
+        x,
+        y,
+        suite,
+        EvalSettings(model_name="m", dataset="synthetic", skip_broken=False),
+        progress=False,
     )
     return result.records, result.meta
 

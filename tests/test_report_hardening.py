@@ -4,6 +4,7 @@ checks --out before writing, and ``report merge`` refuses damaged shards (issue 
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from robustbench_wave import attack, cli, report
+from robustbench_wave import attackrun, cli, report
 from robustbench_wave.evaluation import metrics
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.result import EvaluationResult
@@ -349,8 +350,23 @@ def test_merge_removes_the_outputs_of_another_configuration(tmp_path) -> None:
     assert json.loads((run / rec.CONFIG_FILE).read_text()) == CONFIG
 
 
-def test_config_file_name_is_the_attack_commands() -> None:
-    assert rec.CONFIG_FILE == attack.CONFIG_JSON
+def test_the_run_config_file_has_one_name() -> None:
+    """config.json is named once, by evaluation.records.CONFIG_FILE: the attack run folder owns that file and
+    no module that writes or reads run folders spells the name again."""
+    assert rec.CONFIG_FILE in attackrun.RUN_FILES
+    package = Path(attackrun.__file__).parents[1]
+    paths = [
+        *(package / "attackrun").glob("*.py"),
+        *(package / name for name in ("attack.py", "report.py", "evaluation/sharding.py")),
+        package / "reporting" / "completeness.py",
+    ]
+    spelled = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value == rec.CONFIG_FILE
+    ]
+    assert not spelled, f"config.json spelled again (use evaluation.records.CONFIG_FILE): {spelled}"
 
 
 def _edit_shard_meta(run: Path, index: int, edit) -> None:

@@ -24,9 +24,9 @@ from torch import nn
 
 from robustbench_wave import attack, report
 from robustbench_wave.distributed import shard_bounds
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
-from robustbench_wave.evaluation.sharding import Shard, merge_results, shard_positions
+from robustbench_wave.evaluation.sharding import Shard, ShardJob, merge_results, shard_positions
 from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
 from tests.support.attack_models import ToyFrontEnd
@@ -171,12 +171,15 @@ def test_unaligned_shards_would_change_records(tiny: Path) -> None:
     x, y = to_float(images[:24]), torch.as_tensor(labels[:24]).long()
     model, _ = _load_trained("tiny", "synthetic")
     suite = load_suite(tiny / "suite.toml").select(["square"])
-    kw = dict(dataset=info, grad_modes=["exact"], batch_size=5, progress=False)
-    whole = evaluate(model, x, y, suite, **kw)
+    settings = EvalSettings(dataset=info, grad_modes=("exact",))
+    kw = dict(batch_size=5, progress=False)
+    whole = evaluate(model, x, y, suite, settings, **kw)
 
     def split(cut: int):  # type: ignore[no-untyped-def]
         parts = [range(0, cut), range(cut, 24)]
-        results = [evaluate(model, x[list(p)], y[list(p)], suite, example_ids=list(p), **kw) for p in parts]
+        results = [
+            evaluate(model, x[list(p)], y[list(p)], suite, settings, example_ids=list(p), **kw) for p in parts
+        ]
         return merge_results(results, [Shard(0, 2), Shard(1, 2)], range(24)).records
 
     assert split(16).equals(whole.records)  # aligned to rng_block = 8
@@ -184,6 +187,22 @@ def test_unaligned_shards_would_change_records(tiny: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------- --shard jobs + merge
+
+
+def test_the_shard_job_schema_round_trips_and_names_a_bad_field() -> None:
+    job = ShardJob(1, 2, [8, 9], 10, "abc", "results", {"diagnostics": False})
+    keys = ["index", "count", "example_ids", "run_n_examples", "run_data_sha256", "results_dir", "finalize"]
+    assert list(job.to_dict()) == keys
+    assert ShardJob.from_dict(json.loads(json.dumps(job.to_dict())), "m.json") == job
+    assert ShardJob.from_dict(
+        {"index": 0, "count": 1, "example_ids": [], "run_n_examples": 0}, "m"
+    ) == ShardJob(
+        0, 1, [], 0, None, "results", {}
+    )  # what older shard jobs may lack has the defaults the merge always assumed
+    with pytest.raises(ValueError, match=r"m\.json: field shard\.count = None is not a whole number"):
+        ShardJob.from_dict({"index": 0}, "m.json")
+    with pytest.raises(ValueError, match=r"field shard\.example_ids is not a list"):
+        ShardJob.from_dict({**job.to_dict(), "example_ids": [True]}, "m.json")
 
 
 def test_shard_jobs_merge_to_the_one_process_records(tiny: Path, tmp_path: Path, reference: bytes) -> None:
@@ -194,9 +213,11 @@ def test_shard_jobs_merge_to_the_one_process_records(tiny: Path, tmp_path: Path,
     shard_meta = json.loads((run / "shards" / "1-of-2" / "meta.json").read_text())
     assert shard_meta["shard"]["example_ids"] == list(range(24, N))
     assert shard_meta["provenance"]["execution"]["shard"] == "1/2"
+    assert ShardJob.from_dict(shard_meta["shard"], "meta.json").to_dict() == shard_meta["shard"]  # one schema
     assert report.main(["merge", str(run)]) == 0
     assert (run / RECORDS_FILE).read_bytes() == reference
     meta = json.loads((run / "meta.json").read_text())
+    assert set(meta["run"]) == set(shard_meta["run"]) == {"run_dir", "command", "config"}  # one builder
     assert meta["n_examples"] == N and meta["sharding"]["count"] == 2
     assert [s["n_examples"] for s in meta["sharding"]["shards"]] == [24, 19]
     for name in ("table.csv", "config.json", "report.md", "diagnostics.csv"):

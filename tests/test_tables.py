@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robustbench_wave import report
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.metrics import WORST, example_flags, summarize, wilson_interval
 from robustbench_wave.evaluation.records import make_frame, read_records, write_records
 from robustbench_wave.evaluation.result import EvaluationResult
@@ -182,9 +182,8 @@ def test_report_cli_rebuilds_identical_tables_from_records(tmp_path, capsys) -> 
     x = toy_data(16)
     y = labelled(model, x)
     y[::5] = (y[::5] + 1) % 3
-    run = evaluate(
-        model, x, y, tiny_suite(), progress=False, cross_check=True, model_name="cnn", surrogate=teacher()
-    )
+    settings = EvalSettings(model_name="cnn", cross_check="all")
+    run = evaluate(model, x, y, tiny_suite(), settings, progress=False, surrogate=teacher())
     run = EvaluationResult.merge([run])
     run.save(tmp_path)
     tables.write_tables(run.records, tmp_path, meta=run.meta)

@@ -43,7 +43,7 @@ from robustbench_wave.attacks import (
     modes_for,
     parse_suite,
 )
-from robustbench_wave.evaluation import evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.metrics import reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
@@ -210,19 +210,10 @@ def _evaluate_subset(
     model_name: str,
 ) -> pd.DataFrame:
     """Records of ``suite`` on the subset: the ordinary evaluation, every attack on every clean-correct point."""
-    return evaluate(
-        model,
-        x,
-        y,
-        suite,
-        dataset=info,
-        grad_modes=modes,
-        seed=seed,
-        skip_broken=False,
-        model_name=model_name,
-        progress=False,
-        example_ids=ids,
-    ).records
+    settings = EvalSettings(
+        model_name=model_name, dataset=info, grad_modes=tuple(modes), seed=seed, skip_broken=False
+    )
+    return evaluate(model, x, y, suite, settings, example_ids=ids, progress=False).records
 
 
 def run_diagnostics(

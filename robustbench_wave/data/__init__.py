@@ -3,8 +3,10 @@
 This package owns loading, verifying and batching data. One module per source (:mod:`.fashion_mnist`,
 :mod:`.cifar10`, :mod:`.imagefolder`, :mod:`.synthetic`) registers itself in :mod:`.registry`; downloads
 and checksums live in :mod:`.download`, the idx format in :mod:`.idx`, the shared types and pixel helpers
-in :mod:`.base`, and the training-time split, batches and augmentation in :mod:`.batches`. To add a data
-set, write one module with a loader decorated by :func:`register_dataset` and import it below.
+in :mod:`.base` (:class:`LabelledImages`: float images with their labels and info, as
+:func:`load_test_images` returns them), and the training-time split, batches and augmentation in
+:mod:`.batches`. To add a data set, write one module with a loader decorated by :func:`register_dataset`
+and import it below.
 
 Specs accepted by :func:`load_split` (see :func:`list_datasets`): ``fashion-mnist`` (default of the CLIs),
 ``cifar10``, ``imagefolder:PATH`` (a directory or .zip with ``train/`` and ``test/`` class folders),
@@ -16,6 +18,7 @@ from robustbench_wave.data.base import (
     ChecksumError,
     DataError,
     DatasetInfo,
+    LabelledImages,
     LoadResult,
     Split,
     channel_stats,
@@ -30,6 +33,7 @@ from robustbench_wave.data.registry import (
     describe_datasets,
     list_datasets,
     load_split,
+    load_test_images,
     register_dataset,
 )
 
@@ -38,6 +42,7 @@ __all__ = [
     "ChecksumError",
     "DataError",
     "DatasetInfo",
+    "LabelledImages",
     "LoadResult",
     "Split",
     "augment",
@@ -49,6 +54,7 @@ __all__ = [
     "iterate_batches",
     "list_datasets",
     "load_split",
+    "load_test_images",
     "parse_idx",
     "read_idx",
     "register_dataset",

@@ -63,6 +63,28 @@ class DatasetInfo:
 LoadResult = tuple[torch.Tensor, torch.Tensor, DatasetInfo]
 
 
+@dataclass(frozen=True, eq=False)
+class LabelledImages:
+    """Float images in [0, 1] (N, C, H, W), their int64 labels and their data set's info: what an attack run
+    evaluates, passed by name so no caller reads ``data[2]`` for the info."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    info: DatasetInfo
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        """(C, H, W) of one image."""
+        return tuple(self.images.shape[1:])
+
+    def subset(self, positions: torch.Tensor) -> LabelledImages:
+        """The images and labels at ``positions`` (a shard's slice), of the same data set."""
+        return LabelledImages(self.images[positions], self.labels[positions], self.info)
+
+
 def to_float(images: torch.Tensor) -> torch.Tensor:
     """uint8 pixels -> float32 in [0, 1], the input range every model and attack works in."""
     if images.dtype != torch.uint8:

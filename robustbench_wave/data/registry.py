@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from robustbench_wave.data.base import SPLITS, DatasetInfo, LoadResult, Split
+from robustbench_wave.data.base import SPLITS, DatasetInfo, LabelledImages, LoadResult, Split, to_float
 from robustbench_wave.data.download import data_dir
 
 logger = logging.getLogger(__name__)
@@ -133,6 +133,16 @@ def load_split(
         time.perf_counter() - start,
     )
     return images, labels, info
+
+
+def load_test_images(spec: str, n_examples: int) -> LabelledImages:
+    """The first ``n_examples`` test images as floats in [0, 1], their labels and the data set's info (every
+    test image, with a warning, when the split is smaller)."""
+    images, labels, info = load_split(spec, "test")
+    n = min(n_examples, len(labels))
+    if n < n_examples:
+        logger.warning("the test split has only %d images; attacking all of them", n)
+    return LabelledImages(to_float(images[:n]), labels[:n], info)
 
 
 def dataset_info(spec: str, *, root: str | os.PathLike | None = None) -> DatasetInfo:

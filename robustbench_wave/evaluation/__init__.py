@@ -11,6 +11,7 @@ layer sits on ``attacks`` and ``models`` and below ``analysis`` and ``reporting`
 """
 
 from robustbench_wave.evaluation.evaluator import ALL_MODES, evaluate, resolve_grad_modes
+from robustbench_wave.evaluation.plan import EvalSettings
 from robustbench_wave.evaluation.result import EvaluationResult
 
-__all__ = ["ALL_MODES", "EvaluationResult", "evaluate", "resolve_grad_modes"]
+__all__ = ["ALL_MODES", "EvalSettings", "EvaluationResult", "evaluate", "resolve_grad_modes"]

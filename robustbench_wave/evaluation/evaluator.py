@@ -1,14 +1,19 @@
 """Evaluate any ``torch.nn.Module`` classifier on [0,1] inputs against an attack suite (RobustBench's spirit).
 
-    from robustbench_wave.evaluation import evaluate
-    result = evaluate(model, images, labels, "default", dataset="fashion-mnist", model_name="wavelet")
+    from robustbench_wave.evaluation import EvalSettings, evaluate
+    settings = EvalSettings(model_name="wavelet", dataset="fashion-mnist")
+    result = evaluate(model, images, labels, "default", settings, batch_size=256)
     result.records / result.meta / result.summary()
     result.save("results/attack/fashion-mnist/my-run")   # tables: reporting.tables.write_tables
 
 How the numbers are made honest (Croce & Hein 2020; Carlini et al. 2019; Athalye et al. 2018):
 
+* Settings and run time: :class:`EvalSettings` holds every choice that changes the records (model name, data
+  set, gradient modes, back-end, seed, skip-broken, cross-check); the keyword arguments only change how fast
+  and where the evaluation runs (batch size, device, progress, chunk cache) or name its inputs (surrogate,
+  example ids, provenance).
 * Gradient modes: a model with a fixed front-end (``has_fixed_front_end``) is attacked under every mode in
-  ``grad_modes`` (default exact, blocked, bpda), one row each. Attacks that never differentiate the target
+  ``settings.grad_modes`` (default exact, blocked, bpda), one row each. Attacks that never differentiate the target
   (noise, Square, transfer) are *shared*: they run once, under the forward pass every mode has in common, on
   the points still robust in at least one mode; their records are replicated into every mode's rows, where a
   point already broken in that mode is recorded as skipped. So every mode's worst case includes them.
@@ -71,7 +76,7 @@ from robustbench_wave.evaluation.chunks import (
 from robustbench_wave.evaluation.execute import Progress, predict, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
 from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
-from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Plan
+from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
@@ -96,6 +101,7 @@ class _Run:
     settings: EvalSettings
     rng_block: int
     device: torch.device
+    batch_size: int
     pbar: Any = None  # tqdm bar: inner progress per batch / id block
     adversarial: AdversarialSet | None = None  # the points that break examples (save_adversarial), or None
 
@@ -113,9 +119,7 @@ def resolve_grad_modes(model: nn.Module, grad_modes: Sequence[str] | None) -> li
     return sorted(dict.fromkeys(modes), key=ALL_MODES.index)
 
 
-def _check_inputs(
-    images: torch.Tensor, labels: torch.Tensor, example_ids: Any
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _check_inputs(images: torch.Tensor, labels: torch.Tensor, example_ids: Any) -> Examples:
     if not isinstance(images, torch.Tensor) or images.dim() != 4:
         raise ValueError("images must be a tensor (N, C, H, W) with values in [0,1]")
     if images.dtype == torch.uint8:
@@ -129,7 +133,7 @@ def _check_inputs(
     ids = torch.arange(len(images)) if example_ids is None else torch.as_tensor(example_ids).long().view(-1)
     if len(ids) != len(images) or len(torch.unique(ids)) != len(ids):
         raise ValueError("example_ids must be one unique integer per image")
-    return images.cpu(), labels.cpu(), ids.cpu()
+    return Examples(images.cpu(), labels.cpu(), ids.cpu())
 
 
 def _check_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
@@ -143,7 +147,7 @@ def _check_device(model: nn.Module, device: str | torch.device | None) -> torch.
 def _fingerprint(
     plan: Plan,
     settings: EvalSettings,
-    data: tuple[torch.Tensor, ...],
+    data: Examples,
     model: nn.Module,
     surrogate: nn.Module | None,
     modes: list[str],
@@ -156,14 +160,14 @@ def _fingerprint(
         {
             "suite": suite,
             "eps": plan.threat_eps,
-            "data": tensor_sha256(*data),
+            "data": tensor_sha256(*data.tensors()),
             "weights": state_sha256(model),
             "surrogate": state_sha256(surrogate) if surrogate is not None else None,
             "seed": settings.seed,
             "skip_broken": settings.skip_broken,
             "backends": plan.backends,
             "modes": modes,
-            "dataset": settings.dataset,
+            "dataset": settings.dataset_name,
         }
         | ({"specs": dict(specs)} if specs else {})
         | ({"cross_check": {n: dataclasses.asdict(c) for n, c in plan.cross.items()}} if plan.cross else {})
@@ -231,7 +235,7 @@ def _block(
     s = run.settings
     return rec.RecordBlock(
         s.model_name,
-        s.dataset,
+        s.dataset_name,
         mode,
         attack or entry.name,
         entry.family,
@@ -283,13 +287,13 @@ def _attack_points(
             eps,
             entry,
             run.ctx,
-            batch_size=run.settings.batch_size,
+            batch_size=run.batch_size,
             rng_block=run.rng_block,
             device=run.device,
             progress=progress,
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
-    pred, loss = predict(run.model, x_adv, run.labels[idx], run.settings.batch_size, run.device)
+    pred, loss = predict(run.model, x_adv, run.labels[idx], run.batch_size, run.device)
     return (pred, loss, norms, last), x_adv
 
 
@@ -439,14 +443,12 @@ def _clean_frames(
     return [_records(run, _block(run, entry, m, 0.0, CLEAN_BACKEND), every, idx, outcome) for m in run.modes]
 
 
-def _attack_all(run: _Run, plan: Plan, cache: ChunkCache | None) -> tuple[list[Chunk], int]:
+def _attack_all(run: _Run, plan: Plan, cache: ChunkCache | None, progress: bool) -> tuple[list[Chunk], int]:
     """Every chunk of the suite in order; returns the chunks and how many came from the cache."""
     chunks, resumed = [], 0
     name = run.settings.model_name
     total = plan.n_steps(run.modes)
-    with tqdm(
-        total=total, desc=f"attack {name}", unit="step", disable=not run.settings.progress, leave=False
-    ) as pbar:
+    with tqdm(total=total, desc=f"attack {name}", unit="step", disable=not progress, leave=False) as pbar:
         run.pbar = pbar
         for entry in plan.entries:
             for mode in plan.chunk_modes(entry, run.modes):
@@ -465,55 +467,56 @@ def evaluate(
     images: torch.Tensor,
     labels: torch.Tensor,
     suite: str | Path | Suite = "default",
+    settings: EvalSettings | None = None,
     *,
-    dataset: Any = None,
-    grad_modes: Sequence[str] | None = None,
-    backend: str = "auto",
-    seed: int = 0,
-    batch_size: int = 128,
-    skip_broken: bool = True,
     surrogate: nn.Module | None = None,
     surrogate_name: str | None = None,
-    model_name: str = "model",
-    progress: bool = True,
-    cross_check: bool | str = False,
-    cache_dir: str | Path | None = None,
     example_ids: Sequence[int] | torch.Tensor | None = None,
+    batch_size: int = 128,
     device: str | torch.device | None = None,
-    extra_meta: dict[str, Any] | None = None,
-    specs: Mapping[str, str] | None = None,
+    progress: bool = True,
+    cache_dir: str | Path | None = None,
     save_adversarial: bool = False,
+    specs: Mapping[str, str] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> EvaluationResult:
     """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records.
 
-    ``dataset`` (a DatasetInfo or its name) picks the suite's eps block; ``backend`` ('auto', 'builtin',
-    'torchattacks', 'foolbox') overrides the family defaults where the family supports it (PGD defaults to
-    'builtin', FGSM/APGD/Square to 'torchattacks'); ``cross_check`` ('off' / False, 'headline', 'all' / True:
+    ``settings`` (default ``EvalSettings()``) are the choices that change the records: the data set (a
+    DatasetInfo or its name) picks the suite's eps block, ``backend`` ('auto', 'builtin', 'torchattacks',
+    'foolbox') overrides the family defaults where the family supports it (PGD defaults to 'builtin',
+    FGSM/APGD/Square to 'torchattacks'), ``cross_check`` ('off', 'headline', 'all':
     :class:`~robustbench_wave.evaluation.plan.CrossCheck`) also runs every other back-end of each gradient
     attack on the points the primary one attacked, as records of attack ``name@backend`` whose breaks count.
-    ``specs`` (e.g. the hashes of the zoo specs that built ``model`` and ``surrogate``) identify what the
-    weights alone do not: a cached chunk made under other specs is never resumed. ``save_adversarial``
-    keeps the audited points that broke examples (``result.adversarial[model_name]``, :mod:`adversarial`);
-    a cached chunk without its points is then computed again (same records).
+
+    The keywords never change the records. ``surrogate`` crafts the transfer attacks (``surrogate_name``
+    names it in ``meta.json``); ``example_ids`` (default ``0..N-1``) are the images' ids in the whole run;
+    ``batch_size``, ``device`` (checked against the model's), ``progress`` and ``cache_dir`` (finished chunks,
+    resumed when the configuration is unchanged) change only speed and memory. ``specs`` (e.g. the hashes
+    of the zoo specs that built ``model`` and ``surrogate``) identify what the weights alone do not: a cached
+    chunk made under other specs is never resumed; ``extra_meta`` joins the model's ``meta.json`` entry.
+    ``save_adversarial`` keeps the audited points that broke examples (``result.adversarial[model_name]``,
+    :mod:`adversarial`); a cached chunk without its points is then computed again (same records).
     """
     t_start = time.perf_counter()
+    settings = settings or EvalSettings()
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
     suite = load_suite(suite)
-    ds_name = str(getattr(dataset, "name", dataset) if dataset is not None else "custom")
-    settings = EvalSettings(
-        model_name, ds_name, backend, seed, batch_size, skip_broken, cross_check, progress
-    )
     data = _check_inputs(images, labels, example_ids)
-    modes = resolve_grad_modes(model, grad_modes)
+    modes = resolve_grad_modes(model, settings.grad_modes)
     dev = _check_device(model, device)
-    plan = Plan.make(suite, dataset, backend, surrogate is not None, data[0], settings.cross_check)
+    plan = Plan.make(
+        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check
+    )
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
-    with _attack_context(model, surrogate, seed, getattr(dataset, "num_classes", None)) as ctx:
-        run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev)
-        run.adversarial = AdversarialSet(model_name) if save_adversarial else None
-        chunks, resumed = _attack_all(run, plan, cache)
+    with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
+        run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev, batch_size)
+        run.adversarial = AdversarialSet(settings.model_name) if save_adversarial else None
+        chunks, resumed = _attack_all(run, plan, cache, progress)
     model_run = ModelRun(
-        name=model_name,
+        name=settings.model_name,
         model=model,
         modes=modes,
         clean_correct=run.clean_correct,
@@ -524,7 +527,9 @@ def evaluate(
         seconds=time.perf_counter() - t_start,
         extra=extra_meta,
     )
-    meta = build_meta(plan, settings, data, model_run, device=dev, fingerprint=fingerprint)
+    meta = build_meta(
+        plan, settings, data, model_run, device=dev, batch_size=batch_size, fingerprint=fingerprint
+    )
     return _result(clean[0], chunks, meta, run.adversarial)
 
 
@@ -539,23 +544,25 @@ def _result(
 
 def _start(
     model: nn.Module,
-    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    data: Examples,
     modes: list[str],
     plan: Plan,
     ctx: RunContext,
     settings: EvalSettings,
     device: torch.device,
+    batch_size: int,
 ) -> tuple[_Run, tuple[list[pd.DataFrame], dict[str, Any]]]:
     """Clean predictions: the run's starting worst case, and the clean records with their timing."""
-    images, labels, ids = data
+    images, labels, ids = data.tensors()
     t0 = time.perf_counter()
-    pred, loss = predict(model, images, labels, settings.batch_size, device)
+    pred, loss = predict(model, images, labels, batch_size, device)
     clean_correct = pred == labels
     worst_eps = {t: v for t, v in plan.threat_eps.items() if not is_average_case(t)}
     state = RobustState(clean_correct, modes, worst_eps)
     run = _Run(
-        model, images, labels, ids, clean_correct, modes, state, ctx, settings, plan.suite.rng_block, device
-    )
+        model, images, labels, ids, clean_correct, modes, state, ctx, settings, plan.suite.rng_block, device,
+        batch_size,
+    )  # fmt: skip
     clean = plan.suite.attacks[0]
     frames = _clean_frames(run, clean, pred, loss)
     return run, (frames, _timing(clean, SHARED, 0.0, CLEAN_BACKEND, len(labels), t0))

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.evaluation.chunks import state_sha256, tensor_sha256
-from robustbench_wave.evaluation.plan import EvalSettings, Plan
+from robustbench_wave.evaluation.plan import EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.records import SCHEMA_VERSION
 from robustbench_wave.io import provenance
 from robustbench_wave.models.frontend import has_fixed_front_end
@@ -80,9 +80,11 @@ def _attacks_meta(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _settings(settings: EvalSettings, plan: Plan, device: torch.device, fingerprint: str) -> dict[str, Any]:
+def _settings(
+    settings: EvalSettings, plan: Plan, device: torch.device, batch_size: int, fingerprint: str
+) -> dict[str, Any]:
     return {
-        "batch_size": settings.batch_size,
+        "batch_size": batch_size,
         "skip_broken": settings.skip_broken,
         "backend": settings.backend,
         "cross_check": settings.cross_check,
@@ -96,38 +98,40 @@ def _settings(settings: EvalSettings, plan: Plan, device: torch.device, fingerpr
 def build_meta(
     plan: Plan,
     settings: EvalSettings,
-    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    data: Examples,
     model_run: ModelRun,
     *,
     device: torch.device,
+    batch_size: int,
     fingerprint: str,
 ) -> dict[str, Any]:
     """The ``meta.json`` of one model's evaluation (:meth:`EvaluationResult.merge` joins several models).
 
-    ``data`` is (images, labels, example ids); ``fingerprint`` identifies the configuration (:mod:`chunks`).
+    ``data`` are the checked images, labels and example ids; ``device`` and ``batch_size`` are how it ran; ``fingerprint``
+    identifies the configuration (:mod:`chunks`).
     """
     suite, info = plan.suite, plan.dataset
     is_info = dataclasses.is_dataclass(info) and not isinstance(info, type)
-    ids = data[2]
+    ids = data.ids
     return {
         "schema_version": SCHEMA_VERSION,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "provenance": provenance(),
         "suite": suite.to_dict(),
         "dataset": {
-            "name": settings.dataset,
+            "name": settings.dataset_name,
             "eps_key": suite.eps_key(info),
             "eps": plan.threat_eps,
             "info": dataclasses.asdict(info) if is_info else None,
         },
-        "n_examples": len(data[1]),
+        "n_examples": len(data),
         "example_ids": {
             "first": int(ids[0]) if len(ids) else None,
             "last": int(ids[-1]) if len(ids) else None,
         },
-        "data_sha256": tensor_sha256(*data),
+        "data_sha256": tensor_sha256(*data.tensors()),
         "seeds": {"attack_seed": settings.seed},
-        "settings": _settings(settings, plan, device, fingerprint),
+        "settings": _settings(settings, plan, device, batch_size, fingerprint),
         "attacks": _attacks_meta(plan),
         "models": {model_run.name: model_run.to_dict()},
     }

@@ -1,9 +1,9 @@
 """What one evaluation will run, decided before any attack: the settings it shares and the suite's plan.
 
-:class:`EvalSettings` replaces the score of loose values the engine used to carry through its functions;
-:class:`Plan` resolves the suite for a data set once (budgets per threat and per attack, back-ends, the
-attacks that cannot run and why), so the loop, the chunk fingerprint and ``meta.json`` all read the same
-decisions. :func:`check_budgets` is the part of that resolution a caller can run before it has any images
+:class:`EvalSettings` holds the choices that change an evaluation's records (the rest of what :func:`evaluate`
+takes is its inputs, :class:`Examples` once checked, and how fast it runs); :class:`Plan` resolves the suite for a data set once (budgets per
+threat and per attack, back-ends, the attacks that cannot run and why), so the loop, the chunk fingerprint
+and ``meta.json`` all read the same decisions. :func:`check_budgets` is the part of that resolution a caller can run before it has any images
 (the attack command, before it writes anything).
 """
 
@@ -52,23 +52,54 @@ class CrossCheck(str, Enum):
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How one :func:`evaluate` call runs: the values every chunk of it shares."""
+    """What one :func:`evaluate` call computes: every field can change its records.
 
-    model_name: str = "model"
-    dataset: str = "custom"  # the data set's name, as recorded
+    How fast and where it runs (batch size, device, progress bar, chunk cache) and what it is given beside
+    the images (surrogate, example ids, provenance) are :func:`evaluate`'s keyword arguments instead, so a
+    caller can tell at a glance which choices make two evaluations the same.
+    """
+
+    model_name: str = "model"  # the records' model column
+    dataset: Any = None  # a DatasetInfo or its name (None: "custom"): picks the suite's eps block
+    grad_modes: tuple[str, ...] | None = None  # None: every mode (a model with a fixed front-end)
     backend: str = "auto"
     seed: int = 0
-    batch_size: int = 128
     skip_broken: bool = True
     cross_check: str = CrossCheck.OFF.value  # a CrossCheck value (True / False are read as all / off)
-    progress: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cross_check", CrossCheck.parse(self.cross_check).value)
+        if self.grad_modes is not None:
+            object.__setattr__(self, "grad_modes", tuple(self.grad_modes))
         if self.backend != "auto" and self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose auto or one of {list(BACKENDS)}")
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+
+    @property
+    def dataset_name(self) -> str:
+        """The data set's name as recorded ("custom" when none is given)."""
+        return str(getattr(self.dataset, "name", self.dataset) if self.dataset is not None else "custom")
+
+    @property
+    def num_classes(self) -> int | None:
+        """The data set's classes when known (a DatasetInfo): what targeted attacks aim at."""
+        return getattr(self.dataset, "num_classes", None)
+
+
+@dataclass(frozen=True, eq=False)
+class Examples:
+    """The checked inputs of one evaluation: float images in [0,1] and int64 labels on the CPU, and each
+    image's id in the whole run (what seeds its attacks and names its records)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(images, labels, ids), the order their digest (``data_sha256``, the chunk fingerprint) hashes."""
+        return self.images, self.labels, self.ids
 
 
 def check_budgets(suite: Suite, dataset: Any, shape: tuple[int, ...]) -> dict[str, list[float]]:

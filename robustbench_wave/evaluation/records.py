@@ -32,8 +32,9 @@ RECORDS_FILE = "records.csv.gz"
 #: Where runs before cross-check rows joined the records kept them; only removed now, with a run's outputs.
 CROSSCHECK_FILE = "crosscheck_records.csv.gz"
 META_FILE = "meta.json"
-#: The attack command's run configuration (``robustbench_wave.attack.CONFIG_JSON``), which ``meta.json``
-#: repeats under ``run.config``; readers compare the two to spot records left by another configuration.
+#: An attack run's configuration, the one name of that file (written by ``robustbench_wave.attackrun.folder``),
+#: which ``meta.json`` repeats under ``run.config``; readers compare the two to spot records left by another
+#: configuration.
 CONFIG_FILE = "config.json"
 #: The key of ``meta.json`` holding ``{"sha256", "rows"}`` of records.csv.gz.
 META_RECORDS = "records"

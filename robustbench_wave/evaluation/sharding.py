@@ -8,7 +8,9 @@ pure bookkeeping: :func:`merge_records` puts the shards' rows back into the sing
 block, examples in run order), :func:`check_complete` proves every example is there exactly once per
 (model, grad_mode, attack, eps), and :func:`merge_meta` joins the shards' provenance (:func:`merge_results`
 also joins their saved adversarial examples, :mod:`adversarial`). The attack command
-(torchrun ranks or ``--shard i/n`` jobs) and ``python -m robustbench_wave.report merge`` both use them.
+(torchrun ranks or ``--shard i/n`` jobs) and ``python -m robustbench_wave.report merge`` both use them. A
+``--shard`` job's ``meta.json`` says what it holds of the whole run in :class:`ShardJob`, written by the
+attack run and read here by :func:`merge_shard_folders`, the merge that needs it.
 
 Identity holds bit for bit when the model's output for an example does not depend on the rest of its batch.
 A shard batches its points differently from one process, so a model that rounds differently for different
@@ -21,7 +23,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,9 @@ from robustbench_wave.evaluation.result import EvaluationResult
 #: Folder of a run that holds one sub-folder per shard (``<i>-of-<n>``: its chunks; for a ``--shard`` job also
 #: its records, meta.json and config.json).
 SHARDS_DIR = "shards"
+
+#: Where a ``--shard`` job's ``meta.json`` keeps its :class:`ShardJob`.
+SHARD_META_KEY = "shard"
 
 #: Columns that name one block of records (one attack of one model at one eps under one gradient mode).
 BLOCK_COLUMNS = ["model", "grad_mode", "attack", "eps", "backend"]
@@ -239,16 +244,67 @@ def merge_results(
 
 
 @dataclass(frozen=True)
+class ShardJob:
+    """What a ``--shard i/n`` job records about the whole run beside its own records (``meta["shard"]``):
+    which shard it is, the run-wide ids of its examples, the run's size and data digest, and what the merge
+    needs to finish the run (where the trained models live, how to diagnose: the attack command's finalize
+    options, a JSON object checked by whoever reads them)."""
+
+    index: int
+    count: int
+    example_ids: list[int]
+    run_n_examples: int
+    run_data_sha256: str | None = None
+    results_dir: str = "results"
+    finalize: Any = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``meta["shard"]``, keys in the order every shard job has written them."""
+        return {
+            "index": self.index,
+            "count": self.count,
+            "example_ids": list(self.example_ids),
+            "run_n_examples": self.run_n_examples,
+            "run_data_sha256": self.run_data_sha256,
+            "results_dir": self.results_dir,
+            "finalize": self.finalize,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | Path) -> ShardJob:
+        """The job a shard's ``meta.json`` (``where``) describes; a one-line ValueError naming the file and
+        the field that is missing or malformed."""
+        info = data if isinstance(data, dict) else {}
+        for name in ("index", "count", "run_n_examples"):
+            value = info.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"{where}: field shard.{name} = {value!r} is not a whole number; re-run the shard"
+                )
+        ids = info.get("example_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError(
+                f"{where}: field shard.example_ids is not a list of example ids; re-run the shard"
+            )
+        return cls(
+            info["index"],
+            info["count"],
+            ids,
+            info["run_n_examples"],
+            info.get("run_data_sha256"),
+            info.get("results_dir", "results"),
+            info.get("finalize", {}),
+        )
+
+
+@dataclass(frozen=True)
 class ShardFolder:
     """A finished ``--shard`` job's folder: its shard, result, and what its meta says about the whole run."""
 
     shard: Shard
     path: Path
     result: EvaluationResult
-
-    @property
-    def info(self) -> dict[str, Any]:
-        return self.result.meta.get("shard") or {}
+    job: ShardJob
 
     @property
     def config(self) -> dict[str, Any]:
@@ -291,45 +347,34 @@ def find_shard_folders(run_dir: str | Path) -> list[ShardFolder]:
 
 
 def _load_shard(shard: Shard, path: Path) -> ShardFolder:
-    """A shard job's folder, its records checked against the digest its meta.json recorded, and the fields
-    the merge reads from its meta.json checked; a one-line ValueError naming the file and field otherwise."""
-    folder = ShardFolder(shard, path, EvaluationResult.load(path))
-    meta = folder.result.meta
+    """A shard job's folder, its records checked against the digest its meta.json recorded, and its
+    :class:`ShardJob` read from its meta.json; a one-line ValueError naming the file and field otherwise."""
+    result = EvaluationResult.load(path)
+    meta = result.meta
     if rec.META_RECORDS in meta:
-        rec.check_digest(path / rec.RECORDS_FILE, meta[rec.META_RECORDS], len(folder.result.records))
+        rec.check_digest(path / rec.RECORDS_FILE, meta[rec.META_RECORDS], len(result.records))
     config = rec.read_meta(path / rec.CONFIG_FILE)
-    if config and config != folder.config:
+    if config and config != ((meta.get("run") or {}).get("config") or {}):
         raise ValueError(
             f"{path} holds records of another configuration than its {rec.CONFIG_FILE} (an interrupted run); "
             "re-run the attack command for this shard"
         )
-    info, where = folder.info, path / rec.META_FILE
-    for name in ("index", "count", "run_n_examples"):
-        value = info.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                f"{where}: field shard.{name} = {value!r} is not a whole number; re-run the shard"
-            )
-    ids = info.get("example_ids")
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise ValueError(f"{where}: field shard.example_ids is not a list of example ids; re-run the shard")
-    return folder
+    job = ShardJob.from_dict(meta.get(SHARD_META_KEY), path / rec.META_FILE)
+    return ShardFolder(shard, path, result, job)
 
 
 def _check_same_run(folders: Sequence[ShardFolder]) -> None:
     """The same configuration (suite, models, checkpoints, seeds, data set, n ...) and data in every shard."""
     first = folders[0]
     for f in folders:
-        if (f.info.get("index"), f.info.get("count")) != (f.shard.index, f.shard.count):
-            raise ValueError(
-                f"{f.name}: its meta.json says shard {f.info.get('index')}/{f.info.get('count')}"
-            )
+        if (f.job.index, f.job.count) != (f.shard.index, f.shard.count):
+            raise ValueError(f"{f.name}: its meta.json says shard {f.job.index}/{f.job.count}")
     for f in folders[1:]:
         keys = sorted(k for k in set(first.config) | set(f.config) if first.config.get(k) != f.config.get(k))
         if set(first.result.meta.get("models") or {}) != set(f.result.meta.get("models") or {}):
             keys.append("models")
         for field_name in ("run_n_examples", "run_data_sha256"):
-            if first.info.get(field_name) != f.info.get(field_name):
+            if getattr(first.job, field_name) != getattr(f.job, field_name):
                 keys.append(field_name)
         if keys:
             raise ValueError(
@@ -342,7 +387,7 @@ def _check_ids(folders: Sequence[ShardFolder], n: int) -> None:
     """The shards' example ids are disjoint and together are the run's ids ``0..n-1``."""
     owner: dict[int, str] = {}
     for f in folders:
-        ids = [int(i) for i in f.info.get("example_ids", [])]
+        ids = [int(i) for i in f.job.example_ids]
         held = sorted(set(f.result.records["example_id"].astype(int)))
         if sorted(ids) != held:
             raise ValueError(f"{f.name}: its records hold other example ids than its meta.json lists")
@@ -367,13 +412,13 @@ def merge_shard_folders(run_dir: str | Path) -> tuple[EvaluationResult, list[Sha
     configuration on disjoint examples that together make the run."""
     folders = find_shard_folders(run_dir)
     _check_same_run(folders)
-    n = int(folders[0].info.get("run_n_examples", 0))
+    n = folders[0].job.run_n_examples
     _check_ids(folders, n)
     merged = merge_results(
         [f.result for f in folders],
         [f.shard for f in folders],
         range(n),
-        folders[0].info.get("run_data_sha256"),
+        folders[0].job.run_data_sha256,
     )
-    merged.meta.pop("shard", None)
+    merged.meta.pop(SHARD_META_KEY, None)
     return merged, folders

@@ -1,0 +1,100 @@
+"""Attack runs: one run folder from its settings to its report, below the command lines that start it.
+
+``python -m robustbench_wave.attack`` parses flags into :class:`RunSettings` (what makes two invocations the
+same run) and :class:`RunOptions` (how it runs and where it writes), then calls this package:
+
+* :mod:`.settings`: the settings, the suite and gradient modes chosen, models from outside the zoo, the
+  names that become folders;
+* :mod:`.models`: the models loaded once under their record names, checked against the data set, and
+  reloaded later (merge, finalize, re-audit) with their checkpoint and spec hashes checked;
+* :mod:`.folder`: ``OUT/attack/<data set>/<run>``, its ``config.json`` and overwrite rules (a folder holding
+  another configuration is refused unless ``--overwrite``, which first removes what that configuration made
+  and nothing else), the run lock, and the one builder of ``meta.json``'s ``run`` entry;
+* :mod:`.job`: one invocation resolved before anything is written (:func:`prepare_job`);
+* :mod:`.execute`: every model through :func:`robustbench_wave.evaluation.evaluate`, on the whole run, on
+  torchrun's ranks (rank 0 gathers and merges) or as one ``--shard i/n`` job whose
+  :class:`~robustbench_wave.evaluation.sharding.ShardJob` ``report merge`` reads;
+* :mod:`.finalize`: diagnostics, verdict and report.md of the finished run;
+* :mod:`.merge` and :mod:`.reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``--reaudit
+  RUN`` do with a finished run.
+
+The package sits above ``reporting`` (it writes tables and reports) and below the command lines; the
+report command reaches it here, never through the attack command.
+"""
+
+from robustbench_wave.attackrun.execute import (
+    attack_models,
+    check_shards,
+    choose_shard,
+    run_data_sha256,
+    run_job,
+)
+from robustbench_wave.attackrun.finalize import FinalizeOptions, diagnose, finalize_merged_run
+from robustbench_wave.attackrun.folder import (
+    CHUNKS_DIR,
+    LOCK_HINT,
+    RUN_FILES,
+    RUN_FOLDERS,
+    prepare_run_dir,
+    run_folder,
+    run_meta,
+)
+from robustbench_wave.attackrun.job import Job, RunOptions, prepare_job
+from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
+from robustbench_wave.attackrun.models import (
+    Loaded,
+    check_dataset,
+    load_model,
+    load_models,
+    model_hashes,
+    reload_models,
+)
+from robustbench_wave.attackrun.reaudit import reaudit_run
+from robustbench_wave.attackrun.settings import (
+    NO_SURROGATE,
+    ExternalFlags,
+    RunSettings,
+    check_names,
+    default_run_name,
+    external_specs,
+    parse_grad_modes,
+    select_suite,
+)
+
+__all__ = [
+    "CHUNKS_DIR",
+    "LOCK_HINT",
+    "NO_SURROGATE",
+    "RUN_FILES",
+    "RUN_FOLDERS",
+    "ExternalFlags",
+    "FinalizeOptions",
+    "Job",
+    "Loaded",
+    "RunOptions",
+    "RunSettings",
+    "attack_models",
+    "check_dataset",
+    "check_names",
+    "check_shards",
+    "choose_shard",
+    "default_run_name",
+    "diagnose",
+    "external_specs",
+    "finalize_merged_run",
+    "finish_merged_run",
+    "load_model",
+    "load_models",
+    "model_hashes",
+    "parse_grad_modes",
+    "prepare_job",
+    "prepare_run_dir",
+    "reaudit_run",
+    "reload_models",
+    "run_data_sha256",
+    "run_folder",
+    "run_job",
+    "run_meta",
+    "select_suite",
+    "write_merged_run",
+]

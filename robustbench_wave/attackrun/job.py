@@ -1,0 +1,92 @@
+"""One attack invocation resolved before anything is written: :class:`RunOptions` (how it runs and where it
+writes, never part of the configuration) and :class:`Job` (settings, suite, test images, loaded models, the
+``config.json`` to write and the run folder), built by :func:`prepare_job` the same way on every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robustbench_wave.attackrun.finalize import FinalizeOptions
+from robustbench_wave.attackrun.folder import run_folder
+from robustbench_wave.attackrun.models import Loaded, load_run_models, model_hashes
+from robustbench_wave.attackrun.settings import Echo, RunSettings, default_run_name
+from robustbench_wave.attacks import Suite
+from robustbench_wave.data import LabelledImages, load_test_images
+from robustbench_wave.evaluation.plan import check_budgets
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What an invocation chooses beside its :class:`RunSettings`: where the trained models are read and the
+    run is written, whether another configuration may be replaced, and speed, display and finishing choices
+    that never change the records."""
+
+    results_dir: Path = Path("results")
+    out: Path = Path("results")
+    run_name: str | None = None
+    overwrite: bool = False
+    batch_size: int = 128
+    progress: bool = True
+    tensorboard: Path | None = None
+    finalize: FinalizeOptions = field(default_factory=FinalizeOptions)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One invocation's inputs, resolved and validated (the same on every rank)."""
+
+    settings: RunSettings
+    options: RunOptions
+    suite: Suite
+    modes: list[str]
+    data: LabelledImages
+    models: dict[str, Loaded]
+    surrogate: Loaded | None
+    config: dict[str, Any]
+    run_dir: Path
+    command: str  # the invocation, recorded with the run (cli.command_line)
+    echo: Echo  # the terminal output of the command (results, not log messages)
+
+
+def load_run_data(settings: RunSettings, suite: Suite) -> LabelledImages:
+    """The test images, with the suite's budgets checked against their size."""
+    try:
+        data = load_test_images(settings.dataset, settings.n_examples)
+    except ValueError as err:
+        raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
+    try:
+        check_budgets(suite, data.info, data.image_shape)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return data
+
+
+def prepare_job(
+    settings: RunSettings,
+    options: RunOptions,
+    suite: Suite,
+    modes: list[str],
+    command: str,
+    echo: Echo,
+) -> Job:
+    """Load the test images and the models and choose the run folder; nothing is written here, and bad input
+    ends with one clear line (SystemExit)."""
+    data = load_run_data(settings, suite)
+    models, surrogate = load_run_models(settings, options.results_dir, data)
+    sur_key = settings.key(settings.surrogate)
+    config = settings.to_config(
+        suite,
+        model_hashes(models, sur_key, surrogate),
+        model_hashes(models, sur_key, surrogate, "spec_sha256"),
+    )
+    name = options.run_name or default_run_name(
+        list(models), suite.name, len(data), settings.seed, settings.train_seed
+    )
+    try:
+        run_dir = run_folder(options.out, name, data.info, named=bool(options.run_name))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return Job(settings, options, suite, modes, data, models, surrogate, config, run_dir, command, echo)

@@ -1,0 +1,58 @@
+"""Re-checking a finished run's saved adversarial examples (``report --reaudit RUN``): the run's models and
+test images reloaded the way the attack command loaded them, their hashes checked to be the ones attacked,
+then every saved point re-audited against the records
+(:func:`robustbench_wave.evaluation.reaudit.reaudit_model`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from robustbench_wave.attackrun.execute import run_data_sha256
+from robustbench_wave.attackrun.models import reload_models
+from robustbench_wave.data import load_test_images
+from robustbench_wave.distributed import resolve_device
+from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.chunks import state_sha256
+from robustbench_wave.evaluation.reaudit import FAILURES, reaudit_model
+from robustbench_wave.evaluation.result import load_adversarial
+from robustbench_wave.models.compiled import compile_model
+from robustbench_wave.reporting.runs import load_run
+
+
+def reaudit_run(
+    run_dir: Path, results_dir: Path, device: str = "auto", batch_size: int | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """(the re-audit table of every model, the problems found): the run checked complete, its models and
+    test images reloaded and checked to be the ones attacked, then :func:`evaluation.reaudit.reaudit_model`."""
+    run = load_run(run_dir)
+    kept = load_adversarial(run_dir, run.meta)
+    if not kept:
+        raise ValueError(
+            f"{run_dir} holds no saved adversarial examples ({rec.META_FILE} lists none); re-run the attack "
+            "command with --save-adversarial"
+        )
+    config = (run.meta.get("run") or {}).get("config") or rec.read_meta(run_dir / rec.CONFIG_FILE)
+    models = reload_models(config, results_dir, "since the run was attacked; cannot re-audit")
+    data = load_test_images(config["dataset"], config["n_examples"])
+    if run_data_sha256(data) != run.meta.get("data_sha256"):
+        raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
+    dev = resolve_device(device)
+    batch = batch_size or int((run.meta.get("settings") or {}).get("batch_size") or 128)
+    tables, problems = [], []
+    for name, adv in kept.items():
+        model = compile_model(models[name][0], config.get("compile", "off")).to(dev)
+        if state_sha256(model) != run.meta["models"][name].get("param_sha256"):
+            problems.append(f"{name}: the reloaded weights differ from the attacked ones (param_sha256)")
+        rows = run.records[run.records["model"] == name]
+        ids = range(len(data))
+        tables.append(
+            reaudit_model(model, data.images, data.labels, ids, adv, rows, batch_size=batch, device=dev)
+        )
+    table = pd.concat(tables, ignore_index=True)
+    for col in FAILURES:
+        if table[col].sum():
+            problems.append(f"{int(table[col].sum())} {col[2:].replace('_', ' ')}")
+    return table, problems
