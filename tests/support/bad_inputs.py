@@ -1,4 +1,4 @@
-"""The harness of ``tests/test_bad_inputs.py``: one bad input per case, run through a command line, judged
+"""The harness of ``tests/cli/test_bad_inputs.py``: one bad input per case, run through a command line, judged
 by what a user sees (exit status, one line naming the culprit, no traceback) and by what is left on disk
 (nothing created, changed or deleted anywhere in the case's folder or the shared trained runs).
 
@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from robustbench_wave.runfolder import LOCK_FILE
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
 
 #: The module of each command line (``merge`` is ``report merge``).
 MODULES = {

@@ -15,7 +15,7 @@ Data: 1x8x8 images, 4 classes; class k brightens quadrant k by ``CONTRAST`` over
 
 Records: :func:`attack_rows` (one attack's rows) and :func:`synthetic_records` (nested robust sets).
 :data:`CHECK_CASES` gives every registered diagnostic a planted input that makes it fire and an honest one
-that passes; ``tests/test_diagnostics.py`` demands one for every check in the registry.
+that passes; ``tests/analysis/test_diagnostics.py`` demands one for every check in the registry.
 """
 
 from __future__ import annotations

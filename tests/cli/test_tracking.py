@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from robustbench_wave import attack, tracking, train
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.training import checkpoint as ckpt
+from tests.support import REPO
 from tests.support.training import kill_in_epoch
 
 ARGS = ["--dataset", "synthetic", "--train-subset", "96", "--test-subset", "32", "--batch-size", "32",
@@ -213,7 +214,7 @@ def test_under_torchrun_each_run_is_logged_once_by_the_rank_that_trains_it(tmp_p
     """``--parallel data``: rank 0 alone writes (one event file, each epoch once); ``--parallel runs``:
     each rank writes the runs it trains (rank 1 trains wavelet)."""
     pytest.importorskip("tensorboard")
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     args = [*ARGS, "--model", "wavelet", "--train-subset", "64", "--epochs", "1", "--parallel", parallel]
     args += ["--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]

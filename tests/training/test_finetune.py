@@ -16,8 +16,8 @@ from robustbench_wave.models.vit import build_model
 from robustbench_wave.models.zoo import ZOO_DIR, _read_toml, load_spec
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import runner
+from tests.support import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "models" / "tokenpool-pareto"
 SMALL = ["--dataset", "synthetic", "--train-subset", "64", "--test-subset", "16", "--batch-size", "32",
          "--epochs", "1", "--no-progress"]  # fmt: skip

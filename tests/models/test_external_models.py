@@ -3,7 +3,7 @@
 predictions, FGSM's closed-form point on a linear model, a model whose logits ignore the image (robust
 accuracy = clean accuracy), timm's own model with its normalisation, the gradient-mode opt-in of a fixed
 front-end, and the provenance that refuses a changed weights file. Bad references and weights are in
-``tests/test_bad_inputs.py``'s matrix."""
+``tests/cli/test_bad_inputs.py``'s matrix."""
 
 from __future__ import annotations
 

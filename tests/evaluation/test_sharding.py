@@ -4,7 +4,7 @@ make one run, and each shard resumes from its own chunks.
 
 The models are tiny (a fixed Haar front-end + a linear layer, trained here on the synthetic data set); the
 suite is the smoke suite with ``rng_block = 8`` and 43 examples, so the two shards are uneven (24 + 19) and
-the batches (5) straddle the seeding blocks. Run as a script (``torchrun ... tests/test_sharding.py ARGS``)
+the batches (5) straddle the seeding blocks. Run as a script (``torchrun ... tests/evaluation/test_sharding.py ARGS``)
 this file is the attack CLI with the tiny models in place of trained checkpoints.
 """
 
@@ -29,9 +29,9 @@ from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
 from robustbench_wave.evaluation.sharding import Shard, ShardJob, merge_results, shard_positions
 from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
+from tests.support import REPO
 from tests.support.attack_models import ToyFrontEnd
 
-REPO = Path(__file__).resolve().parents[1]
 WEIGHTS_ENV = "RBW_TEST_SHARD_WEIGHTS"  # folder with tiny.pt and tiny2.pt (set for the torchrun ranks)
 N, RNG_BLOCK = 43, 8
 ATTACKS = "noise_uniform,fgsm,pgd_linf,apgd_ce,square,transfer_pgd_linf"

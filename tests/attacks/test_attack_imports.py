@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ATTACKS = Path(__file__).resolve().parents[1] / "robustbench_wave" / "attacks"
+from tests.support import REPO
+
+ATTACKS = REPO / "robustbench_wave" / "attacks"
 PACKAGE = "robustbench_wave.attacks"
 INIT = "__init__"
 

@@ -19,9 +19,10 @@ from PIL import Image
 
 from robustbench_wave import data
 from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist, registry
+from tests.support import REPO
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
-CIFAR10_JPEG_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg.zip"
+CIFAR10_JPEG_ZIP = REPO.parent / "shared" / "data" / "cifar10-jpeg.zip"
 
 
 # --------------------------------------------------------------------------------------------------- helpers

@@ -24,8 +24,8 @@ from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR, read_set, w
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
 from robustbench_wave.reporting.export import export_eps
 from robustbench_wave.training import checkpoint
-from tests import test_sharding
-from tests.test_sharding import N, _args, _load_trained, _run_dir
+from tests.evaluation import test_sharding
+from tests.evaluation.test_sharding import N, _args, _load_trained, _run_dir
 
 # test_sharding's fixtures: its tiny trained models and its one-process records
 weights, tiny, reference = test_sharding.weights, test_sharding.tiny, test_sharding.reference

@@ -24,8 +24,8 @@ from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
 from robustbench_wave.training.summary import SUMMARY_CSV, write_summary
+from tests.support import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--dataset", "synthetic", "--train-subset", "80", "--test-subset", "32", "--batch-size", "32",
          "--epochs", "2", "--no-progress"]  # fmt: skip
 

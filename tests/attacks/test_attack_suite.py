@@ -57,7 +57,9 @@ def test_lowfreq_pgd_runs_after_the_earlier_families_so_they_keep_their_records(
 
 
 # Registered families the smoke suite leaves out, and why: adding an entry to a shipped suite moves its records.
-NOT_IN_SMOKE = {"mifgsm": "the extension-point proof (tests/test_family_traits.py), added after the suites"}
+NOT_IN_SMOKE = {
+    "mifgsm": "the extension-point proof (tests/attacks/test_family_traits.py), added after the suites"
+}
 
 
 def test_smoke_suite_loads_and_covers_every_family() -> None:

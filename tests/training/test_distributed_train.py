@@ -28,8 +28,8 @@ from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, parallel
 from robustbench_wave.training.runner import TrainConfig, load_training_data, train_model
+from tests.support import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ATOL = 1e-5  # two ranks differ from one only by floating-point reduction order: a few steps
 RUN_ATOL = 1e-4  # ... and after a whole run (10 AdamW steps that move weights by ~1e-2)
 ARGS = ["--dataset", "synthetic", "--train-subset", "200", "--test-subset", "64", "--batch-size", "32",

@@ -25,9 +25,9 @@ from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_shard_
 from robustbench_wave.reporting.runs import ENERGY_FILE, load_run
 from robustbench_wave.reporting.tables import TABLE_FILES
 from robustbench_wave.runfolder import RunLock
+from tests.support import REPO
 from tests.support.masking_models import baseline_spec, synthetic_records
 
-REPO = Path(__file__).resolve().parents[1]
 N = 100
 CONFIG = {"suite": "smoke", "n_examples": N, "models": ["m"]}
 

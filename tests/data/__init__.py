@@ -1,0 +1,1 @@
+"""Tests of the data sources and their registry (``robustbench_wave.data``)."""

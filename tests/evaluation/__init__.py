@@ -1,0 +1,1 @@
+"""Tests of the evaluation: the engine, records and metrics, sharding, saved adversarial examples."""

@@ -1,0 +1,1 @@
+"""Tests of the models: tokenizers, the wavelet front-end, Token Pooling, the zoo, FLOPs, external models."""

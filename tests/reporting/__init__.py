@@ -1,0 +1,1 @@
+"""Tests of the reporting: tables, figures, the Markdown report and finalize."""

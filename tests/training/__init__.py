@@ -1,0 +1,1 @@
+"""Tests of training: the recipe and runner, checkpoints, several ranks, fine-tuning."""
