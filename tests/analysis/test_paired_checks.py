@@ -1,8 +1,8 @@
 """The pairwise masking checks count a handful of points only with a test, and a transfer from a model to
-itself is a white-box restart (issue 11: the patch ViT's false alarm in ``make demo``).
+itself is a white-box restart (so the patch ViT of ``make demo`` raises no false alarm).
 
-Before this change, every case below that must pass fired: the checks compared a share with a tolerance
-(2% / 5%) and read every transfer attack as black-box evidence.
+The cases that must pass all fire under the checks' earlier rule, a share compared with a tolerance
+(2% / 5%) and every transfer attack read as black-box evidence.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bad input to the three command lines, as a careless or hostile user would give it (issue 10).
+"""Bad input to the three command lines, as a careless or hostile user would give it.
 
 Every case must end with a non-zero exit, ONE line that names the offending value, path or field, no
 traceback, and no file created, changed or deleted anywhere: not under ``--out``, not in the case's tmp tree

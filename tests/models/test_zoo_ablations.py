@@ -1,4 +1,4 @@
-"""The zoo's ablations of the wavelet-vs-patch gap (issue 11, claim 3): what each entry changes, and the
+"""The zoo's ablations of the wavelet-vs-patch gap (claim 3 of claims.md): what each entry changes, and the
 identity behind them: with db1 at L = 2 on gray images each token is an orthogonal transform of its own 4x4
 block, so ``wavelet-denseproj`` (dense projection, no sparsification) is ``patch-raw`` up to a fixed rotation.
 

@@ -1,11 +1,14 @@
-"""Killing a training run mid-way, as a test's stand-in for kill -9 (resume must then lose nothing)."""
+"""Killing a training run mid-way, as a test's stand-in for kill -9 (resume must then lose nothing), and a
+small training run of the command line."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from robustbench_wave import train
 from robustbench_wave.training import engine, runner
 
 
@@ -23,3 +26,14 @@ def kill_in_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int = 2) -> Callable[[
 
     monkeypatch.setattr(runner, "train_one_epoch", killed)
     return lambda: monkeypatch.setattr(runner, "train_one_epoch", real_epoch)
+
+
+#: ``python -m robustbench_wave.train`` on a slice of the synthetic data set, two epochs (seconds on a CPU);
+#: add ``--model`` (and ``--out``).
+SMALL = ["--dataset", "synthetic", "--train-subset", "80", "--test-subset", "32", "--batch-size", "32",
+         "--epochs", "2", "--no-progress"]  # fmt: skip
+
+
+def train_small(out: Path, *extra: str) -> int:
+    """The train command on :data:`SMALL` into ``out``; its exit code."""
+    return train.main([*SMALL, "--out", str(out), *extra])

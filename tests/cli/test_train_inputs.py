@@ -1,13 +1,10 @@
-"""``python -m robustbench_wave.train`` against careless and hostile input (issue 10): every count and path
-is checked before the first write, a run folder is locked while it is trained, ``--fresh`` deletes only
-training's files, ``metrics.jsonl`` never holds an epoch twice, and a trained run's spec is hashed with its
-weights."""
+"""``python -m robustbench_wave.train`` against careless and hostile input: every count and path is checked
+before the first write, spec names cannot escape the results tree, body sizes are checked naming the file,
+a run folder is locked while it is trained, and ``--fresh`` deletes only training's files."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -18,20 +15,12 @@ import pytest
 import torch
 
 from robustbench_wave import train
-from robustbench_wave.data import dataset_info
 from robustbench_wave.models.zoo import load_spec
 from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
-from robustbench_wave.training.summary import SUMMARY_CSV, write_summary
 from tests.support import REPO as ROOT
-
-SMALL = ["--dataset", "synthetic", "--train-subset", "80", "--test-subset", "32", "--batch-size", "32",
-         "--epochs", "2", "--no-progress"]  # fmt: skip
-
-
-def _train(out: Path, *extra: str) -> int:
-    return train.main([*SMALL, "--out", str(out), *extra])
+from tests.support.training import SMALL, train_small
 
 
 def _refusal(argv: list[str], capsys: pytest.CaptureFixture) -> str:
@@ -201,14 +190,14 @@ def test_unwritable_out_is_refused_in_one_line(tmp_path):
 def test_a_second_training_into_a_locked_folder_stops_naming_it(tmp_path):
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     with RunLock(directory), pytest.raises(SystemExit, match="is in use by another run") as exc:
-        _train(tmp_path, "--model", "patch")
+        train_small(tmp_path, "--model", "patch")
     assert str(directory) in str(exc.value.code)
     assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]  # nothing written next to the holder
-    assert _train(tmp_path, "--model", "patch") == 0  # the lock ends with its holder
+    assert train_small(tmp_path, "--model", "patch") == 0  # the lock ends with its holder
 
 
 def test_fresh_deletes_only_what_training_wrote(tmp_path):
-    _train(tmp_path, "--model", "patch")
+    train_small(tmp_path, "--model", "patch")
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     (directory / "notes").mkdir()
     (directory / "notes" / "mine.txt").write_text("mine\n")
@@ -217,124 +206,11 @@ def test_fresh_deletes_only_what_training_wrote(tmp_path):
     stale = json.loads((directory / ckpt.CONFIG).read_text())
     stale["final"]["test_accuracy"] = -1.0
     (directory / ckpt.CONFIG).write_text(json.dumps(stale))
-    assert _train(tmp_path, "--model", "patch", "--fresh") == 0
+    assert train_small(tmp_path, "--model", "patch", "--fresh") == 0
     assert (directory / "notes" / "mine.txt").read_text() == "mine\n"
     assert (directory / "README.txt").read_text() == "mine too\n"
     assert not (directory / f".{ckpt.METRICS}.abc123.tmp").exists()
     assert json.loads((directory / ckpt.CONFIG).read_text())["final"]["test_accuracy"] >= 0  # retrained
-
-
-# -- metrics.jsonl from the resume state -----------------------------------------------------------------
-def _kill_in_second_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
-    real, calls = engine.train_one_epoch, {"n": 0}
-
-    def killed(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "train_one_epoch", killed)
-
-
-@pytest.mark.parametrize("damage", ["stale extra line", "duplicated line", "lost line"])
-def test_resumed_metrics_hold_every_epoch_exactly_once(tmp_path, monkeypatch, damage):
-    _train(tmp_path / "whole", "--model", "patch")
-    whole = ckpt.run_dir(tmp_path / "whole", "synthetic", "patch", 0)
-    with monkeypatch.context() as patch:
-        _kill_in_second_epoch(patch)
-        with pytest.raises(KeyboardInterrupt):
-            _train(tmp_path / "killed", "--model", "patch")
-    directory = ckpt.run_dir(tmp_path / "killed", "synthetic", "patch", 0)
-    state = json.loads((directory / ckpt.RESUME_STATE).read_text())
-    assert state["epoch"] == 1 and [row["epoch"] for row in state["history"]] == [1]
-    metrics = directory / ckpt.METRICS
-    lines = metrics.read_text().splitlines()
-    stale = json.dumps({**json.loads(lines[0]), "epoch": 2, "val_accuracy": 0.123})
-    # a kill between a metrics line and the resume state, or two runs that overlapped, left these behind
-    metrics.write_text({"stale extra line": "\n".join([lines[0], stale]), "duplicated line": "\n".join(lines * 2),
-                        "lost line": ""}[damage] + "\n")  # fmt: skip
-    _train(tmp_path / "killed", "--model", "patch")
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [row["epoch"] for row in rows] == [1, 2]
-    assert rows[0] == json.loads(lines[0]) and rows[1]["val_accuracy"] != 0.123
-    reference = [json.loads(line) for line in (whole / ckpt.METRICS).read_text().splitlines()]
-    timing = ("epoch_seconds", "train_images_per_s")
-    assert [{k: v for k, v in r.items() if k not in timing} for r in rows] == [
-        {k: v for k, v in r.items() if k not in timing} for r in reference
-    ]
-    assert (directory / ckpt.WEIGHTS).read_bytes() == (whole / ckpt.WEIGHTS).read_bytes()
-
-
-# -- the spec hashed with the weights -----------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def trained_wavelet(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("trained")
-    train.main([*SMALL, "--epochs", "1", "--model", "wavelet", "--out", str(out)])
-    return out
-
-
-def _edited_copy(trained: Path, tmp_path: Path, edit) -> tuple[Path, Path]:
-    source = ckpt.run_dir(trained, "synthetic", "wavelet", 0)
-    directory = ckpt.run_dir(tmp_path, "synthetic", "wavelet", 0)
-    directory.mkdir(parents=True)
-    for name in (ckpt.CONFIG, ckpt.WEIGHTS):
-        (directory / name).write_bytes((source / name).read_bytes())
-    config = json.loads((directory / ckpt.CONFIG).read_text())
-    edit(config)
-    (directory / ckpt.CONFIG).write_text(json.dumps(config))
-    return directory, directory / ckpt.CONFIG
-
-
-def test_trained_run_records_and_reports_its_spec_hash(trained_wavelet):
-    _, meta = ckpt.load_trained("wavelet", "synthetic", trained_wavelet)
-    config = meta["config"]
-    expected = hashlib.sha256(
-        json.dumps({"model_spec": config["model_spec"], "dataset_info": config["dataset_info"]}, sort_keys=True)
-        .encode()
-    ).hexdigest()  # fmt: skip
-    assert config["final"]["spec_sha256"] == meta["spec_sha256"] == expected
-    assert (
-        meta["model_spec"] == load_spec("wavelet")
-        and meta["model_spec"]["tokenizer_args"]["zero_fraction"] == 0.8
-    )
-    assert meta["dataset_info"].slug == "synthetic"
-
-
-def test_editing_the_spec_after_training_is_refused(trained_wavelet, tmp_path):
-    def zero_nothing(config: dict) -> None:
-        config["model_spec"]["tokenizer_args"]["zero_fraction"] = 0.0  # same tensor shapes
-
-    directory, config_path = _edited_copy(trained_wavelet, tmp_path, zero_nothing)
-    weights = (directory / ckpt.WEIGHTS).read_bytes()
-    with pytest.raises(ValueError, match="spec_sha256") as exc:
-        ckpt.load_trained("wavelet", "synthetic", tmp_path)
-    assert str(config_path) in str(exc.value) and "\n" not in str(exc.value)
-    assert (directory / ckpt.WEIGHTS).read_bytes() == weights
-
-
-@pytest.mark.parametrize(
-    "field", ["final.checkpoint_sha256", "final.test_accuracy", "model_spec", "dataset_info"]
-)
-def test_config_without_a_required_field_names_the_file_and_field(trained_wavelet, tmp_path, field):
-    def drop(config: dict) -> None:
-        *parents, last = field.split(".")
-        for part in parents:
-            config = config[part]
-        del config[last]
-
-    _, config_path = _edited_copy(trained_wavelet, tmp_path, drop)
-    with pytest.raises(ValueError, match=field.replace(".", r"\.")) as exc:
-        ckpt.load_trained("wavelet", "synthetic", tmp_path)
-    assert str(config_path) in str(exc.value) and "\n" not in str(exc.value)
-
-
-def test_a_run_trained_before_spec_hashing_loads_with_a_warning(trained_wavelet, tmp_path, caplog):
-    _edited_copy(trained_wavelet, tmp_path, lambda config: config["final"].pop("spec_sha256"))
-    with caplog.at_level(logging.WARNING, logger=ckpt.__name__):
-        _, meta = ckpt.load_trained("wavelet", "synthetic", tmp_path)
-    assert "cannot be verified" in caplog.text
-    assert meta["spec_sha256"] == ckpt.spec_sha256(meta["model_spec"], meta["config"]["dataset_info"])
 
 
 # -- --help -----------------------------------------------------------------------------------------------
@@ -345,14 +221,3 @@ def test_help_shows_defaults_only_for_options_with_values(capsys):
     assert "(default: True)" not in text and "(default: False)" not in text and "(default: None)" not in text
     assert "(default: 4)" in text  # --epochs still shows its default
     assert "or 'all': the whole split" in text
-
-
-def test_an_unreadable_summary_is_replaced_not_a_crash_after_training(tmp_path, caplog):
-    info = dataset_info("synthetic")
-    path = tmp_path / "train" / info.slug / SUMMARY_CSV
-    path.parent.mkdir(parents=True)
-    path.write_text("not,a\nsummary,file\n")
-    row = {column: 1 for column in runner.SUMMARY_COLUMNS} | {"model": "patch", "seed": 0}
-    with caplog.at_level(logging.WARNING):
-        written, table = write_summary(tmp_path, info, [row])
-    assert written == path and list(table["model"]) == ["patch"] and "no model/seed columns" in caplog.text

@@ -1,7 +1,7 @@
-"""The attack command against careless and hostile input (issue 10): nonsense counts refused by the parser,
-every input checked before the first write, names that cannot escape ``--out``, the run folder locked, old
-results removed when the configuration changes, model specs hashed, the training data set compared, and
-unreadable chunks computed again.
+"""The attack command against careless and hostile input: nonsense counts refused by the parser, every input
+checked before the first write, names that cannot escape ``--out``, the run folder locked, old results
+removed when the configuration changes, model specs hashed, the training data set compared, and unreadable
+chunks computed again.
 
 The models are tiny stand-ins for trained checkpoints (``checkpoint.load_trained`` is replaced); the tests
 edit the training metadata the stand-in returns.
