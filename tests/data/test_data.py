@@ -10,6 +10,7 @@ import os
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from PIL import Image
 
 from robustbench_wave import data
 from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist, registry
+from robustbench_wave.runfolder import check_safe_name
 from tests.support import REPO
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -478,18 +480,90 @@ def test_imagefolder_one_colour_image_makes_the_set_rgb(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------- registry
-def test_every_source_is_registered_with_its_aliases():
-    assert set(data.list_datasets()) == {
-        "fashion-mnist",
-        "cifar10",
-        "imagefolder:PATH",
-        "synthetic",
-        "synthetic-rgb",
-    }
-    for alias, name in [("fmnist", "fashion-mnist"), ("Fashion_MNIST", "fashion-mnist"),
-                        ("CIFAR-10", "cifar10"),
-                        ("synthetic-gray", "synthetic"), (" synthetic-rgb ", "synthetic-rgb")]:  # fmt: skip
-        assert data.dataset_info(alias).name == name
+def _tiny_image_folder(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    write_png_tree(tree, {"train": {"a": 3, "b": 2, "c": 2}, "test": {"a": 1, "b": 2, "c": 1}})
+    return tree
+
+
+#: For each registered source that takes an argument (``NAME:ARG``): a function writing an example of that
+#: argument under a tmp folder, so the contract below can load it offline.
+OFFLINE_ARGUMENTS: dict[str, Callable[[Path], Path]] = {"imagefolder": _tiny_image_folder}
+
+
+def _offline_spec(usage: str, tmp_path: Path) -> str:
+    """A spec of the registered source ``usage`` (as list_datasets writes it) that needs no network."""
+    name, _, argument = usage.partition(":")
+    if not argument:
+        return name
+    if name not in OFFLINE_ARGUMENTS:
+        pytest.skip(f"{usage}: no offline example of its {argument}; add one to OFFLINE_ARGUMENTS")
+    return f"{name}:{OFFLINE_ARGUMENTS[name](tmp_path)}"
+
+
+def _check_info(info: DatasetInfo) -> None:
+    """What every DatasetInfo must say for a model to be built on it and a run folder named after it."""
+    assert info.in_chans in (1, 3) and info.img_size > 0 and info.num_classes >= 2
+    assert len(info.class_names) == len(set(info.class_names)) == info.num_classes
+    assert len(info.mean) == len(info.std) == info.in_chans
+    assert all(0.0 <= m <= 1.0 for m in info.mean) and all(s > 0.0 for s in info.std)
+    assert check_safe_name(info.slug, "slug") == info.slug
+
+
+def _check_source(usage: str, tmp_path: Path) -> None:
+    """Each split is uint8 (N, C, H, W) pixels with int64 labels in range, and the DatasetInfo it comes with is
+    the one dataset_info gives without loading pixels (a source with no files here is skipped, naming why)."""
+    spec = _offline_spec(usage, tmp_path)
+    cache = tmp_path / "cache" if ":" in usage else None  # else wherever this machine keeps its data sets
+    try:
+        splits = {
+            split: data.load_split(spec, split, root=cache, download=False) for split in ("train", "test")
+        }
+    except DataError as err:
+        if ":" in usage or isinstance(err, ChecksumError):  # an example written here must load
+            raise
+        pytest.skip(f"{usage} is not on this machine: {err}")
+    info = data.dataset_info(spec, root=cache)
+    _check_info(info)
+    for split, (images, labels, got) in splits.items():
+        assert got == info, split
+        assert images.dtype == torch.uint8 and labels.dtype == torch.int64, split
+        assert images.shape[1:] == (info.in_chans, info.img_size, info.img_size), split
+        assert labels.shape == (len(images),) and len(labels) > 0, split
+        assert labels.min() >= 0 and labels.max() < info.num_classes, split
+    assert data.dataset_info(info.name, root=cache) == info  # the canonical name is the same data set again
+
+
+@pytest.mark.parametrize("usage", data.list_datasets())
+def test_every_registered_source_loads_what_its_info_says(usage: str, tmp_path: Path) -> None:
+    _check_source(usage, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("lie", "images", "labels"),
+    [("colour pixels", torch.zeros(3, 3, 4, 4, dtype=torch.uint8), torch.tensor([0, 1, 0])),
+     ("float pixels", torch.zeros(3, 1, 4, 4), torch.tensor([0, 1, 0])),
+     ("a third class", torch.zeros(3, 1, 4, 4, dtype=torch.uint8), torch.tensor([0, 1, 2]))],
+)  # fmt: skip
+def test_the_contract_catches_a_source_that_lies(lie, images, labels, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    info = DatasetInfo("liar", "liar", 2, 1, 4, (0.5,), (0.25,), ("a", "b"))
+    data.register_dataset("liar", info=info)(lambda arg, split, cache, download: (images, labels, info))
+    with pytest.raises(AssertionError):
+        _check_source("liar", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [("fmnist", "fashion-mnist"), ("Fashion_MNIST", "fashion-mnist"), ("CIFAR-10", "cifar10"),
+     ("synthetic-gray", "synthetic"), (" synthetic-rgb ", "synthetic-rgb")],
+)  # fmt: skip
+def test_known_aliases_name_their_data_set(alias: str, name: str) -> None:
+    assert data.dataset_info(alias).name == name
+
+
+def test_a_source_with_an_argument_is_written_name_colon_argument() -> None:
     with pytest.raises(ValueError, match="needs a path"):
         data.load_split("imagefolder:", "train")
     with pytest.raises(ValueError, match="unknown data set"):

@@ -22,7 +22,7 @@ from robustbench_wave.models.tokenizers import (
     resolve_token_widths,
     source_paper_token_widths,
 )
-from robustbench_wave.models.vit import build_model, describe, rbw_vit
+from robustbench_wave.models.vit import Normalize, build_model, describe, rbw_vit
 from robustbench_wave.models.zoo import list_zoo, load_spec
 
 
@@ -161,7 +161,7 @@ def test_unknown_model_lists_the_zoo():
 
 def test_tokenizer_registry_drives_zoo_validation_and_model_assembly(tmp_path, monkeypatch):
     """Adding a tokenizer is one class plus its registration: the zoo accepts it and build_model uses it."""
-    assert list_tokenizers() == ["patch", "wavelet"]
+    assert {"patch", "wavelet"} <= set(list_tokenizers())
     assert get_tokenizer("wavelet").normalize_input is False and get_tokenizer("patch").normalize_input
     assert (
         get_tokenizer("wavelet").token_size({"levels": 3}) == 8 and get_tokenizer("patch").token_size({}) == 4
@@ -187,6 +187,40 @@ def test_tokenizer_registry_drives_zoo_validation_and_model_assembly(tmp_path, m
     bad.write_text('tokenizer = "nope"\n')
     with pytest.raises(ValueError, match="'tokenizer' must be one of"):
         load_spec(bad)
+
+
+def _spec_with(tokenizer: str, tmp_path, **top: object) -> dict:
+    """A zoo spec file naming ``tokenizer`` with its default arguments on the shared ``tiny`` body, loaded
+    (so validated) by the zoo as any ``models/*.toml``."""
+    lines = [f'tokenizer = "{tokenizer}"', 'body = "tiny"'] + [
+        f"{k} = {str(v).lower()}" for k, v in top.items()
+    ]
+    path = tmp_path / f"{tokenizer}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_spec(path)
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+@pytest.mark.parametrize("name", list_tokenizers())
+def test_every_registered_tokenizer_builds_a_zoo_model(name, in_chans, tmp_path):
+    """A zoo model on gray and colour images: one token per token_size x token_size region, logits for every
+    image, the input gradient reaching the pixels, and the registry's normalize_input (or the spec's
+    override) deciding whether the data set's mean/std standardise the input."""
+    entry, info = get_tokenizer(name), _info(in_chans)
+    spec = _spec_with(name, tmp_path)
+    torch.manual_seed(0)
+    model = build_model(spec, info)
+    side = info.img_size // entry.token_size(spec.get("tokenizer_args", {}))
+    x = torch.rand(3, in_chans, info.img_size, info.img_size, requires_grad=True)
+    assert describe(model)["tokens"] == side * side
+    assert model.body.patch_embed(model.normalize(x)).shape[:2] == (3, side * side)
+    logits = model(x)
+    assert logits.shape == (3, info.num_classes) and torch.isfinite(logits).all()
+    logits.logsumexp(1).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    assert isinstance(model.normalize, Normalize) is entry.normalize_input
+    flipped = build_model(_spec_with(name, tmp_path, normalize_input=not entry.normalize_input), info)
+    assert isinstance(flipped.normalize, Normalize) is not entry.normalize_input
 
 
 def test_compile_switch_is_off_by_default_and_wraps_the_same_model():
