@@ -100,6 +100,7 @@ def _own_accuracy(records, name: str) -> float:
     return float(rows["correct"].mean())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("threat", "eps"), [("Linf", 8 / 255), ("L2", 0.25)])
 def test_builtin_pgd_with_dlr_loss_cross_checks_torchattacks_apgd(threat: str, eps: float) -> None:
     """Two implementations, one loss: robust accuracies agree within the Wilson interval's half-width.

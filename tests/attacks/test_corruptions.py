@@ -245,6 +245,7 @@ def test_deterministic_and_independent_of_batch_and_order(name: str) -> None:
         assert not torch.equal(whole, _run(x, name, 3, ids + 1))
 
 
+@pytest.mark.slow
 def test_records_do_not_depend_on_batch_size_or_sharding() -> None:
     model = trained_patch_model()
     x, y = template_data(24, seed=3)
@@ -435,6 +436,7 @@ def models() -> dict[tuple[str, str], nn.Module]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["synthetic", "synthetic-rgb"])
 def test_the_attack_command_runs_the_corruption_suite_gray_and_colour(
     dataset: str, models: dict, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys
@@ -477,6 +479,7 @@ def test_the_attack_command_runs_the_corruption_suite_gray_and_colour(
     assert np.allclose(acc, clean) and not math.isnan(clean)
 
 
+@pytest.mark.slow
 def test_shard_jobs_merge_to_the_one_process_corruption_records(
     models: dict, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

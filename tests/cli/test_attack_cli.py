@@ -62,6 +62,7 @@ def _args(tmp_path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_cli_writes_a_run_folder_and_resumes(
     tmp_path, capsys, monkeypatch, fake_checkpoints: list[str]
 ) -> None:

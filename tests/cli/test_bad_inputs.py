@@ -5,8 +5,8 @@ traceback, and no file created, changed or deleted anywhere: not under ``--out``
 (a snapshot of every path, size, sha256 and mode before and after), not in the shared trained runs. Each case
 works on its own copy of a tiny trained results tree (``patch`` and ``wavelet`` on ``synthetic``), of one
 finished attack run and of one run of two unmerged ``--shard`` jobs, so a case that does write cannot spoil
-another. A few cases run as real subprocesses, as a user types them; the others call ``main(argv)``
-in-process. Controls check that the unspoilt invocations the cases start from do succeed, so each case
+another. A few cases run as real subprocesses, as a user types them (test_bad_inputs_subprocess.py); the
+others call ``main(argv)`` in-process. Controls check that the unspoilt invocations the cases start from do succeed, so each case
 fails only for its one bad input. (The one tolerated change: the holder record inside an existing ``.lock``
 file, see :func:`tests.support.bad_inputs.diff_snapshots`.)
 """
@@ -19,9 +19,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +34,12 @@ from robustbench_wave import attack, train
 from robustbench_wave.data import load_split
 from robustbench_wave.runfolder import RunLock
 from tests.support.bad_inputs import (
-    REPO,
     Case,
     Env,
     Flags,
     Outcome,
     failures,
     run_in_process,
-    run_subprocess,
     unchanged,
 )
 
@@ -114,7 +109,7 @@ def _make_gratings(folder: Path) -> None:
                 Image.fromarray(pixels).save(folder / split / f"c{c}" / f"{i}.png")
 
 
-def _flags(base: Flags, env_fields: dict[str, str]) -> list[str]:
+def command_flags(base: Flags, env_fields: dict[str, str]) -> list[str]:
     args: list[str] = []
     for flag, value in base.items():
         args += [flag] if value is None else [flag, value.format(**env_fields)]
@@ -126,10 +121,10 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
     root = tmp_path_factory.mktemp("bad_inputs_shared")
     results = root / "results"
     fields = {"results": str(results)}
-    assert train.main([*_flags(TRAIN_BASE, fields), "--model", "wavelet"]) == 0
-    assert attack.main(_flags(ATTACK_BASE, fields)) == 0
+    assert train.main([*command_flags(TRAIN_BASE, fields), "--model", "wavelet"]) == 0
+    assert attack.main(command_flags(ATTACK_BASE, fields)) == 0
     (run,) = sorted((results / "attack" / "synthetic").iterdir())
-    sharded_flags = _flags({**ATTACK_BASE, "--n-examples": "32", "--run-name": "sharded"}, fields)
+    sharded_flags = command_flags({**ATTACK_BASE, "--n-examples": "32", "--run-name": "sharded"}, fields)
     for shard in ("0/2", "1/2"):  # two seeding blocks of 16
         assert attack.main([*sharded_flags, "--shard", shard]) == 0
     gratings, data = root / "gratings", root / "data"
@@ -139,7 +134,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
     return Shared(root, results, run, results / "attack" / "synthetic" / "sharded", gratings, data)
 
 
-def _env(shared: Shared, root: Path) -> Env:
+def case_env(shared: Shared, root: Path) -> Env:
     results = root.joinpath(*RESULTS_UNDER)
     shutil.copytree(shared.results, results, symlinks=True)
     inside = {
@@ -920,13 +915,18 @@ def test_the_matrix_is_wide_enough() -> None:
     assert sum(c.subprocess for c in CASES) >= 4
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_in_one_line_and_writes_nothing(
-    case: Case, shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+#: What runs one case's command line: ``(case, argv) -> Outcome``.
+Runner = Callable[[Case, list[str]], Outcome]
+
+
+def check_case(
+    case: Case, shared: Shared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: Runner
 ) -> None:
+    """Run ``case`` by ``run`` on its own copy of the shared tree: a clean one-line refusal naming the case's
+    tokens, and nothing created, changed or deleted in the copy or the shared tree."""
     if case.skip is not None and (reason := case.skip()):
         pytest.skip(reason)
-    env = _env(shared, tmp_path)
+    env = case_env(shared, tmp_path)
     monkeypatch.chdir(tmp_path)  # a relative path written by mistake lands in the snapshot
     monkeypatch.setenv("RBW_DATA_DIR", str(shared.data))
     flags, positional = BASES[case.cli]
@@ -935,12 +935,19 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(
         if case.setup is not None:
             case.setup(env, stack)
         with unchanged(tmp_path, shared.root) as changes:
-            if case.subprocess:
-                outcome = run_subprocess(case.cli, argv, tmp_path, {"RBW_DATA_DIR": str(shared.data)})
-            else:
-                outcome = run_in_process(case.cli, argv, capsys)
+            outcome = run(case, argv)
     problems = failures(outcome, case.formatted_tokens(env)) + changes
     assert not problems, f"{case.cli} {' '.join(argv)}\n" + "\n".join(problems) + "\n" + outcome.describe()
+
+
+IN_PROCESS = [c for c in CASES if not c.subprocess]
+
+
+@pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+def test_bad_input_is_refused_in_one_line_and_writes_nothing(
+    case: Case, shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_case(case, shared, tmp_path, monkeypatch, lambda case, argv: run_in_process(case.cli, argv, capsys))
 
 
 @pytest.mark.parametrize("cli", sorted(BASES))
@@ -948,37 +955,8 @@ def test_the_cases_start_from_invocations_that_work(
     cli: str, shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without its one bad input, a case's command line succeeds: each case fails for its input alone."""
-    env = _env(shared, tmp_path)
+    env = case_env(shared, tmp_path)
     monkeypatch.chdir(tmp_path)
     flags, positional = BASES[cli]
     outcome = run_in_process(cli, Case("control", cli, ()).argv(flags, positional, env), capsys)
     assert outcome.code in (0, None) and outcome.escaped is None, outcome.describe()
-
-
-def test_train_out_under_a_read_only_folder() -> None:
-    """``--out`` below a folder the user may not write to (as root: the command runs as ``nobody``)."""
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: cannot make a folder read-only")
-        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-        probe = [*prefix, sys.executable, "-c", "import robustbench_wave.runfolder"]
-        if subprocess.run(probe, cwd="/", env={"PYTHONPATH": str(REPO)}, capture_output=True).returncode:
-            pytest.skip("nobody cannot run this interpreter or import the package")
-    root = Path(tempfile.mkdtemp(prefix="rbw-bad-inputs-"))  # pytest's tmp folders are closed to nobody
-    read_only = root / "shared-results"
-    try:
-        root.chmod(0o755)
-        read_only.mkdir()
-        read_only.chmod(0o555)
-        out = read_only / "results"
-        argv = _flags({**TRAIN_BASE, "--out": str(out)}, {})
-        with unchanged(root) as changes:
-            outcome = run_subprocess("train", argv, root, {"HOME": str(root)}, prefix=prefix)
-        problems = failures(outcome, ["--out", str(read_only)]) + changes
-        assert not problems, f"train {' '.join(argv)}\n" + "\n".join(problems) + "\n" + outcome.describe()
-    finally:
-        if read_only.exists():
-            read_only.chmod(0o755)
-        shutil.rmtree(root)

@@ -1,13 +1,12 @@
 """``--tensorboard`` (robustbench_wave.tracking): the event files, read back with TensorBoard's own reader,
 hold exactly the numbers of the run's files (metrics.jsonl, config.json, summary.csv), once per step after
-a kill and a resume; a missing package is refused before any write; a failing writer loses no result."""
+a kill and a resume; a missing package is refused before any write; a failing writer loses no result.
+(Ranks under torchrun: test_tracking_torchrun.py.)"""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,47 +19,12 @@ from torch.nn import functional as F
 from robustbench_wave import attack, tracking, train
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.training import checkpoint as ckpt
-from tests.support import REPO
+from tests.support.tensorboard_runs import ARGS, check_training_copy, event_files, read_scalars
 from tests.support.training import kill_in_epoch
-
-ARGS = ["--dataset", "synthetic", "--train-subset", "96", "--test-subset", "32", "--batch-size", "32",
-        "--epochs", "2", "--no-progress", "--model", "patch"]  # fmt: skip
-#: metrics.jsonl key -> the TensorBoard tag it must appear under (written out, not computed by epoch_tag).
-EPOCH_TAGS = {
-    "train_loss": "train/loss", "train_accuracy": "train/accuracy", "train_images_per_s": "train/images_per_s",
-    "val_loss": "val/loss", "val_accuracy": "val/accuracy", "lr": "train/lr",
-    "epoch_seconds": "train/epoch_seconds",
-}  # fmt: skip
 
 
 def _train(out: Path, tb: Path, *extra: str) -> int:
     return train.main([*ARGS, "--out", str(out), "--tensorboard", str(tb), *extra])
-
-
-def _read(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of a TensorBoard run as (step, value) pairs, by TensorBoard's own reader."""
-    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    acc = accumulator.EventAccumulator(str(log_dir))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def _events(log_dir: Path) -> list[Path]:
-    return sorted(log_dir.glob("events.out.tfevents.*"))
-
-
-def _check_training_copy(run: Path, log_dir: Path) -> None:
-    """TensorBoard holds each metrics.jsonl row once, at step = its epoch, and config.json's test numbers
-    at the last epoch (float32, as TensorBoard stores scalars)."""
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    final = json.loads((run / "config.json").read_text())["final"]
-    scalars = _read(log_dir)
-    for key, tag in EPOCH_TAGS.items():
-        assert [s for s, _ in scalars[tag]] == [m["epoch"] for m in metrics], tag  # each epoch once
-        assert [v for _, v in scalars[tag]] == pytest.approx([m[key] for m in metrics], rel=1e-6), tag
-    assert scalars["test/accuracy"] == [(len(metrics), pytest.approx(final["test_accuracy"], rel=1e-6))]
-    assert scalars["test/loss"] == [(len(metrics), pytest.approx(final["test_loss"], rel=1e-6))]
-    assert len(_events(log_dir)) == 1  # superseded event files are gone
 
 
 def test_training_curves_equal_metrics_jsonl(tmp_path):
@@ -68,12 +32,12 @@ def test_training_curves_equal_metrics_jsonl(tmp_path):
     assert _train(tmp_path / "out", tmp_path / "tb") == 0
     run = ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0)
     log_dir = tracking.train_log_dir(tmp_path / "tb", "synthetic", "patch", 0)
-    _check_training_copy(run, log_dir)
+    check_training_copy(run, log_dir)
     # re-running reuses the finished run and rebuilds the same TensorBoard run (no step twice)
-    before = _read(log_dir)
+    before = read_scalars(log_dir)
     assert _train(tmp_path / "out", tmp_path / "tb") == 0
-    assert _read(log_dir) == before
-    _check_training_copy(run, log_dir)
+    assert read_scalars(log_dir) == before
+    check_training_copy(run, log_dir)
 
 
 def test_killed_and_resumed_training_logs_every_epoch_once(tmp_path, monkeypatch):
@@ -82,17 +46,17 @@ def test_killed_and_resumed_training_logs_every_epoch_once(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         _train(tmp_path / "out", tmp_path / "tb", "--epochs", "3")
     log_dir = tracking.train_log_dir(tmp_path / "tb", "synthetic", "patch", 0)
-    assert [s for s, _ in _read(log_dir)["train/loss"]] == [1]
+    assert [s for s, _ in read_scalars(log_dir)["train/loss"]] == [1]
     # a stale event file from the killed run that logged past its resume state (as a SIGKILL between the
     # copy and the state could leave): the resumed run must drop it, not show epoch 2 twice
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(str(log_dir)) as stale:
         stale.add_scalar("train/loss", 99.0, global_step=2)
-    assert len(_events(log_dir)) == 2
+    assert len(event_files(log_dir)) == 2
     restore()
     assert _train(tmp_path / "out", tmp_path / "tb", "--epochs", "3") == 0
-    _check_training_copy(ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0), log_dir)
+    check_training_copy(ckpt.run_dir(tmp_path / "out", "synthetic", "patch", 0), log_dir)
 
 
 def test_a_failing_writer_loses_no_result(tmp_path, monkeypatch, caplog):
@@ -192,9 +156,9 @@ def test_attack_tables_equal_summary_csv(tmp_path, monkeypatch):
         assert attack.main(args) == 0
     summary = pd.read_csv(tmp_path / "out" / "attack" / "synthetic" / "r" / "summary.csv")
     root = tracking.attack_log_dir(tmp_path / "tb", "synthetic", "r")
-    assert len(_events(root)) == 1
+    assert len(event_files(root)) == 1
     for (model, mode), rows in summary.groupby(["model", "grad_mode"]):
-        scalars = _read(root / model / mode)
+        scalars = read_scalars(root / model / mode)
         for threat, by_threat in rows.groupby("threat"):
             grid = sorted(by_threat["eps"].unique())
             assert scalars[f"eps/{threat}"] == [(i, pytest.approx(e, rel=1e-6)) for i, e in enumerate(grid)]
@@ -204,24 +168,5 @@ def test_attack_tables_equal_summary_csv(tmp_path, monkeypatch):
                     for e, a in zip(g["eps"], g["robust_accuracy"])
                 ]
                 assert scalars[f"robust_accuracy/{threat}/{attack_name}"] == expected
-        assert len(_events(root / model / mode)) == 1
+        assert len(event_files(root / model / mode)) == 1
     assert {"tiny", "tiny22"} == {p.name for p in root.iterdir() if p.is_dir()}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["data", "runs"])
-def test_under_torchrun_each_run_is_logged_once_by_the_rank_that_trains_it(tmp_path, parallel):
-    """``--parallel data``: rank 0 alone writes (one event file, each epoch once); ``--parallel runs``:
-    each rank writes the runs it trains (rank 1 trains wavelet)."""
-    pytest.importorskip("tensorboard")
-    root = REPO
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = [*ARGS, "--model", "wavelet", "--train-subset", "64", "--epochs", "1", "--parallel", parallel]
-    args += ["--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
-    command = [*launcher, "-m", "robustbench_wave.train", *args]
-    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("patch", "wavelet"):
-        run = ckpt.run_dir(tmp_path / "out", "synthetic", name, 0)
-        _check_training_copy(run, tracking.train_log_dir(tmp_path / "tb", "synthetic", name, 0))

@@ -1,8 +1,9 @@
 """Saved adversarial examples (attack --save-adversarial), their re-audit (report --reaudit) and the
 leaderboard export (report export): checked against the records with independent recomputations.
 
-The models, data and suite are test_sharding's (a fixed Haar front-end + a per-patch head, trained here on the
-synthetic data set; 43 examples in seeding blocks of 8, Linf budgets 0.05 and 0.25).
+The models, data and suite are the sharding tests' (tests/support/shard_models.py: a fixed Haar front-end + a
+per-patch head, trained on the synthetic data set; 43 examples in seeding blocks of 8, Linf budgets 0.05 and
+0.25), trained by this folder's conftest.
 """
 
 from __future__ import annotations
@@ -24,11 +25,7 @@ from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR, read_set, w
 from robustbench_wave.evaluation.records import RECORDS_FILE, read_run
 from robustbench_wave.reporting.export import export_eps
 from robustbench_wave.training import checkpoint
-from tests.evaluation import test_sharding
-from tests.evaluation.test_sharding import N, _args, _load_trained, _run_dir
-
-# test_sharding's fixtures: its tiny trained models and its one-process records
-weights, tiny, reference = test_sharding.weights, test_sharding.tiny, test_sharding.reference
+from tests.support.shard_models import N, attack_args, load_trained, run_dir, use_tiny_models
 
 ADV_FILE = f"{ADVERSARIAL_DIR}/tiny.safetensors"
 
@@ -40,13 +37,12 @@ def _clean_images() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def saved_run(weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The one-process run of test_sharding's reference, with --save-adversarial."""
+    """The one-process run of the conftest's reference, with --save-adversarial."""
     out = tmp_path_factory.mktemp("saved")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(test_sharding.WEIGHTS_ENV, str(weights))
-        mp.setattr(checkpoint, "load_trained", _load_trained)
-        assert attack.main(_args(out, weights, "--no-diagnostics", "--save-adversarial")) == 0
-    return _run_dir(out)
+        use_tiny_models(mp, weights)
+        assert attack.main(attack_args(out, weights, "--no-diagnostics", "--save-adversarial")) == 0
+    return run_dir(out)
 
 
 def _broken(records: pd.DataFrame, mode: str, threat: str, eps: float) -> set[int]:
@@ -61,6 +57,7 @@ def _broken(records: pd.DataFrame, mode: str, threat: str, eps: float) -> set[in
 # ---------------------------------------------------------------------------------------- saving
 
 
+@pytest.mark.slow
 def test_saved_examples_match_the_records(saved_run: Path, reference: bytes) -> None:
     assert (saved_run / RECORDS_FILE).read_bytes() == reference  # the flag moves no record
     records, meta = read_run(saved_run)
@@ -90,10 +87,13 @@ def test_saved_examples_match_the_records(saved_run: Path, reference: bytes) -> 
             assert covered == _broken(records, mode, "Linf", eps)
 
 
+@pytest.mark.slow
 def test_runs_without_the_flag_are_unchanged(saved_run: Path, tiny: Path, tmp_path: Path) -> None:
-    args = _args(tmp_path, tiny, "--no-diagnostics", "--attacks", "noise_uniform,fgsm", "--surrogate", "none")
+    args = attack_args(
+        tmp_path, tiny, "--no-diagnostics", "--attacks", "noise_uniform,fgsm", "--surrogate", "none"
+    )
     assert attack.main(args) == 0
-    run = _run_dir(tmp_path)
+    run = run_dir(tmp_path)
     assert "adversarial" not in json.loads((run / "meta.json").read_text())
     assert "save_adversarial" not in json.loads((run / "config.json").read_text())
     assert not (run / ADVERSARIAL_DIR).exists()
@@ -108,6 +108,7 @@ def test_runs_without_the_flag_are_unchanged(saved_run: Path, tiny: Path, tmp_pa
     assert not (run / ADVERSARIAL_DIR).exists()
 
 
+@pytest.mark.slow
 def test_shards_and_resume_save_the_single_process_file(
     saved_run: Path,
     tiny: Path,
@@ -115,8 +116,8 @@ def test_shards_and_resume_save_the_single_process_file(
 ) -> None:
     single = (saved_run / ADV_FILE).read_bytes()
     for i in (0, 1):
-        assert attack.main(_args(tmp_path, tiny, "--shard", f"{i}/2", "--save-adversarial")) == 0
-    run = _run_dir(tmp_path)
+        assert attack.main(attack_args(tmp_path, tiny, "--shard", f"{i}/2", "--save-adversarial")) == 0
+    run = run_dir(tmp_path)
     assert (run / "shards" / "1-of-2" / ADV_FILE).exists()
     assert report.main(["merge", str(run), "--no-diagnostics"]) == 0
     assert (run / ADV_FILE).read_bytes() == single
@@ -124,7 +125,7 @@ def test_shards_and_resume_save_the_single_process_file(
     chunks = run / "shards" / "0-of-2" / "chunks"
     sorted(chunks.glob("*.adv.safetensors"))[2].unlink()
     sorted(chunks.glob("*.json"))[5].unlink()
-    args = [*_args(tmp_path, tiny, "--shard", "0/2", "--save-adversarial", "--batch-size", "7")]
+    args = [*attack_args(tmp_path, tiny, "--shard", "0/2", "--save-adversarial", "--batch-size", "7")]
     assert attack.main(args) == 0
     meta = json.loads((run / "shards" / "0-of-2" / "meta.json").read_text())
     assert meta["models"]["tiny"]["resumed_chunks"] == 10
@@ -135,6 +136,7 @@ def test_shards_and_resume_save_the_single_process_file(
 # -------------------------------------------------------------------------------------- re-audit
 
 
+@pytest.mark.slow
 def test_reaudit_reproduces_the_recorded_predictions(saved_run: Path, tiny: Path, capsys) -> None:
     assert report.main(["--reaudit", str(saved_run), "--batch-size", "3"]) == 0
     out = capsys.readouterr().out
@@ -165,6 +167,7 @@ def _tampered(saved_run: Path, tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_reaudit_catches_a_point_beyond_its_budget(
     saved_run: Path, tiny: Path, tmp_path: Path, capsys
 ) -> None:
@@ -177,6 +180,7 @@ def test_reaudit_catches_a_point_beyond_its_budget(
         report.main(["--reaudit", str(run)])
 
 
+@pytest.mark.slow
 def test_reaudit_catches_changed_weights(
     saved_run: Path,
     tiny: Path,
@@ -184,7 +188,7 @@ def test_reaudit_catches_changed_weights(
     capsys,
 ) -> None:
     def changed(*args, **kwargs):  # type: ignore[no-untyped-def]
-        model, meta = _load_trained(*args, **kwargs)
+        model, meta = load_trained(*args, **kwargs)
         with torch.no_grad():
             model[1].mlp[2].weight.mul_(-1.0)  # same checkpoint name and hash, other weights
         return model, meta
@@ -205,6 +209,7 @@ def test_export_eps_follows_robustbench() -> None:
     assert export_eps("synthetic", "Linf", [0.05, 0.25])[0] == 0.05
 
 
+@pytest.mark.slow
 def test_model_info_json_against_the_records(saved_run: Path, tmp_path: Path) -> None:
     assert report.main(["export", str(saved_run), "--out", str(tmp_path)]) == 0
     info = json.loads((tmp_path / "model_info" / "synthetic" / "Linf" / "tiny.json").read_text())
@@ -230,10 +235,13 @@ def test_model_info_json_against_the_records(saved_run: Path, tmp_path: Path) ->
     assert extra["n"] == N
 
 
+@pytest.mark.slow
 def test_transfer_matrix_against_the_records(tiny: Path, tmp_path: Path) -> None:
     runs = []
     for sur in ("tiny", "tiny2"):
-        args = _args(tmp_path, tiny, "--model", "tiny2", "--attacks", "transfer_pgd_linf", "--surrogate", sur)
+        args = attack_args(
+            tmp_path, tiny, "--model", "tiny2", "--attacks", "transfer_pgd_linf", "--surrogate", sur
+        )
         args = [*args, "--run-name", f"from-{sur}", "--no-diagnostics", "--cross-check", "off"]
         assert attack.main(args) == 0
         runs.append(tmp_path / "attack" / "synthetic" / f"from-{sur}")

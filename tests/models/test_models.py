@@ -223,6 +223,7 @@ def test_every_registered_tokenizer_builds_a_zoo_model(name, in_chans, tmp_path)
     assert isinstance(flipped.normalize, Normalize) is not entry.normalize_input
 
 
+@pytest.mark.slow
 def test_compile_switch_is_off_by_default_and_wraps_the_same_model():
     model = build_model("wavelet", _info())
     assert compile_model(model) is model

@@ -113,6 +113,7 @@ def test_report_for_several_seeds(tmp_path):
         assert (tmp_path / link).is_file()
 
 
+@pytest.mark.slow
 def test_report_cli_combines_seeds_into_one_report(tmp_path, capsys):
     runs = [_synthetic_run(tmp_path / f"seed-{i}", blocked=b) for i, b in enumerate((86, 90, 94))]
     assert report.main([str(r) for r in runs] + ["--out", str(tmp_path / "again.md"), "--no-figures"]) == 0
@@ -172,6 +173,7 @@ def _finalize_suite():
     )
 
 
+@pytest.mark.slow
 def test_finalize_run_end_to_end(tmp_path):
     """Patch-like and wavelet models with identical forward passes: blocked gradients make the wavelet look
     robust, BPDA/exact/Square break it like the patch model -- the report says gradient masking."""

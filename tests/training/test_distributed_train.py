@@ -1,7 +1,7 @@
-"""Training on several ranks (gloo on CPU): a DDP step matches the one-process step, the sharded evaluation
-is the one-process evaluation, ``torchrun -m robustbench_wave.train`` writes one run that matches one
-process and resumes after a kill -9, a locked run folder stops every rank, and ``--parallel runs`` trains
-every run exactly once."""
+"""Training on several ranks (gloo on CPU), in processes of their own: a DDP step matches the one-process
+step, the sharded evaluation is the one-process evaluation, ``torchrun -m robustbench_wave.train`` writes one
+run that matches one process and resumes after a kill -9, a locked run folder stops every rank, and
+``--parallel runs`` trains every run exactly once. (The rules that need no process: test_parallel.py.)"""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from robustbench_wave import train
-from robustbench_wave.data import iterate_batches, load_split
+from robustbench_wave.data import load_split
 from robustbench_wave.distributed import DistContext, distributed_run
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.runfolder import LOCK_FILE, RunLock
@@ -32,6 +32,8 @@ from tests.support import REPO as ROOT
 
 ATOL = 1e-5  # two ranks differ from one only by floating-point reduction order: a few steps
 RUN_ATOL = 1e-4  # ... and after a whole run (10 AdamW steps that move weights by ~1e-2)
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 ARGS = ["--dataset", "synthetic", "--train-subset", "200", "--test-subset", "64", "--batch-size", "32",
         "--epochs", "2", "--model", "patch", "--no-progress"]  # fmt: skip
 
@@ -97,37 +99,6 @@ def test_ddp_steps_match_one_process_and_sharded_evaluation_is_exact(tmp_path):
     moved = max((single["state"][k] - initial[k]).abs().max().item() for k in initial if k in single["state"])
     assert moved > 100 * ATOL  # the steps did change the weights, so the tolerance means something
     assert ddp["stats"]["train_loss"] == pytest.approx(single["stats"]["train_loss"], rel=1e-5)
-
-
-def test_each_rank_takes_a_fixed_disjoint_slice_of_every_global_batch():
-    images, labels, _ = load_split("synthetic-rgb", "train")
-    images, labels = images[:64], labels[:64]
-
-    def global_batches():
-        return iterate_batches(
-            images, labels, 16, generator=torch.Generator().manual_seed(3), augmentation=True
-        )
-
-    ranks = [
-        list(parallel.shard_batches(global_batches(), DistContext(rank=r, world_size=2))) for r in (0, 1)
-    ]
-    for (x, y), (x0, y0), (x1, y1) in zip(global_batches(), *ranks, strict=True):
-        assert len(y0) == len(y1) == 8
-        assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
-
-
-def test_runs_are_spread_over_ranks_once_each():
-    jobs = [(seed, name) for seed in (0, 1) for name in ("patch", "wavelet", "patch-overlap")]
-    shares = [parallel.assign_runs(jobs, DistContext(rank=r, world_size=4)) for r in range(4)]
-    assert sorted(job for share in shares for job in share) == sorted(jobs)
-    assert [len(share) for share in shares] == [2, 2, 1, 1]
-
-
-def test_uneven_global_batch_and_bf16_on_cpu_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="choose a multiple of 2"):
-        parallel.check_global_batch(33, DistContext(world_size=2))
-    with pytest.raises(SystemExit, match="--bf16 needs a CUDA device"):
-        train.main([*ARGS, "--out", str(tmp_path), "--device", "cpu", "--bf16"])
 
 
 def _torchrun(

@@ -26,6 +26,7 @@ def _run(tmp_path, *extra: str) -> int:
     return train.main([*ARGS, "--out", str(tmp_path), *extra])
 
 
+@pytest.mark.slow
 def test_train_writes_checkpoint_config_metrics_and_summary(tmp_path, capsys):
     assert _run(tmp_path, "--model", "patch", "--model", "wavelet") == 0
     for name in ("patch", "wavelet"):
@@ -55,6 +56,7 @@ def test_train_writes_checkpoint_config_metrics_and_summary(tmp_path, capsys):
     assert config["provenance"]["threads_per_rank"] >= 1 and config["precision"] == "float32"
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
     _run(tmp_path / "whole", "--model", "wavelet")
     reference = load_file(
@@ -84,6 +86,7 @@ def test_rerun_reuses_a_finished_run_and_refuses_a_different_config(tmp_path):
         _run(tmp_path, "--model", "patch", "--lr", "0.01")
 
 
+@pytest.mark.slow
 def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
     _run(tmp_path, "--model", "patch")
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
@@ -138,6 +141,7 @@ def test_help_explains_every_flag(capsys):
         assert flag in text
 
 
+@pytest.mark.slow
 def test_library_runner_trains_the_same_weights_as_the_cli(tmp_path):
     """train_model with an explicit TrainConfig (no argparse) is what the CLI runs: same bytes on disk."""
     _run(tmp_path / "cli", "--model", "patch")
