@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install, train patch + wavelet ViTs on Fashion-MNIST, attack them, write the report
-#   make test   - create .venv, install, run ruff and pytest
+#   make test   - create .venv, install, run ruff and pytest (every test: what CI runs)
+# and, while working on the code:
+#   make test-fast - the same set-up, then the tests not marked slow (no processes, no end-to-end runs; ~1 min)
 # Override TORCH to install another torch build, e.g. `make test TORCH="torch torchvision"`.
 
 PYTHON ?= python3
@@ -17,7 +19,7 @@ export PYTHONUNBUFFERED = 1
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 test lint venv bench
+.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 test test-fast lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -114,6 +116,10 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+
+## Every test but those marked slow (pyproject.toml: they start processes or run for seconds; make test runs them).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .
