@@ -6,9 +6,9 @@ traceback, and no file created, changed or deleted anywhere: not under ``--out``
 works on its own copy of a tiny trained results tree (``patch`` and ``wavelet`` on ``synthetic``), of one
 finished attack run and of one run of two unmerged ``--shard`` jobs, so a case that does write cannot spoil
 another. A few cases run as real subprocesses, as a user types them (test_bad_inputs_subprocess.py); the
-others call ``main(argv)`` in-process. Controls check that the unspoilt invocations the cases start from do succeed, so each case
-fails only for its one bad input. (The one tolerated change: the holder record inside an existing ``.lock``
-file, see :func:`tests.support.bad_inputs.diff_snapshots`.)
+others call ``main(argv)`` in-process. Controls check that the unspoilt invocations the cases start from do
+succeed, so each case fails only for its one bad input. (The one tolerated change: the holder record inside
+an existing ``.lock`` file, see :func:`tests.support.bad_inputs.diff_snapshots`.)
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def _make_gratings(folder: Path) -> None:
 
 
 def command_flags(base: Flags, env_fields: dict[str, str]) -> list[str]:
+    """The arguments ``base`` gives, its ``{field}`` templates filled from ``env_fields``."""
     args: list[str] = []
     for flag, value in base.items():
         args += [flag] if value is None else [flag, value.format(**env_fields)]
@@ -135,6 +136,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
 
 
 def case_env(shared: Shared, root: Path) -> Env:
+    """A case's own copy of the shared results tree under ``root``, and its folders."""
     results = root.joinpath(*RESULTS_UNDER)
     shutil.copytree(shared.results, results, symlinks=True)
     inside = {
