@@ -414,8 +414,8 @@ def randomness_text(eot: Mapping[str, Any]) -> str:
     skipped = eot.get("skipped") or {}
     return (
         f"{what}; EOT (--eot {eot.get('mode')}, AutoAttack's 'rand' protocol): gradient attacks average "
-        f"{eot['eot_iter']} draws per step; a point counts as correct by the {eot.get('rule')} "
-        f"(K = {eot.get('draws')})" + (f"; skipped, no EOT: {', '.join(sorted(skipped))}" if skipped else "")
+        f"{eot['eot_iter']} draws per step; predictions (clean included) over K = {eot.get('draws')} draws: "
+        f"{eot.get('rule')}" + (f"; skipped, no EOT: {', '.join(sorted(skipped))}" if skipped else "")
     )
 
 
