@@ -408,9 +408,11 @@ def randomness_text(eot: Mapping[str, Any]) -> str:
             "deterministic (two forwards and input gradients agree)" if found else "not probed (no examples)"
         )
     else:
-        what = f"randomised (two forwards differ by up to {found.get('max_rel_logit_diff', float('nan')):.3g} of the logits)"
+        diff = found.get("max_rel_logit_diff", float("nan"))
+        what = f"randomised (two forwards differ by up to {diff:.3g} of the logits)"
     if eot.get("eot_iter", 1) <= 1:
-        return f"{what}; single-draw gradients and predictions (--eot {eot.get('mode', '?')})"
+        caveat = ": its numbers are one draw's, not the randomised model's" if eot.get("stochastic") else ""
+        return f"{what}; single-draw gradients and predictions (--eot {eot.get('mode', '?')}){caveat}"
     skipped = eot.get("skipped") or {}
     return (
         f"{what}; EOT (--eot {eot.get('mode')}, AutoAttack's 'rand' protocol): gradient attacks average "
