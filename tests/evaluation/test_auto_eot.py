@@ -139,6 +139,7 @@ GRADIENT_SUITE = {
 }
 
 
+@pytest.mark.slow
 def test_gradient_attacks_get_20_eot_iterations_or_are_skipped_with_a_reason() -> None:
     """On a randomised model: fgsm, pgd, apgd run with eot_iter = 20; MI-FGSM (no eot_iter) and a PGD pinned
     to torchattacks under L2 (no EOT there) are skipped, with their reasons in meta.json; noise runs as is."""
