@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -80,12 +81,13 @@ class Randomness:
     """Two eval-mode forwards (and input gradients) of the same batch, compared."""
 
     max_rel_logit_diff: float
-    max_rel_grad_diff: float
+    max_rel_grad_diff: float  # NaN: the model takes no autograd graph (e.g. a numpy round trip)
     pred_agreement: float
 
     def deterministic(self, rtol: float = LOGIT_RTOL) -> bool:
-        """Logits agree within ``rtol``, input gradients within ``max(rtol, GRAD_RTOL)``."""
-        return self.max_rel_logit_diff <= rtol and self.max_rel_grad_diff <= max(rtol, GRAD_RTOL)
+        """Logits agree within ``rtol``, input gradients (where there are any) within ``max(rtol, GRAD_RTOL)``."""
+        grads_agree = math.isnan(self.max_rel_grad_diff) or self.max_rel_grad_diff <= max(rtol, GRAD_RTOL)
+        return self.max_rel_logit_diff <= rtol and grads_agree
 
 
 def measure_randomness(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Randomness:
@@ -98,11 +100,15 @@ def measure_randomness(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Ra
         with torch.no_grad():
             a = model(x)
             b = model(x)
-        ga, _ = input_gradient(model, x, y, loss="margin")
-        gb, _ = input_gradient(model, x, y, loss="margin")
+        try:
+            ga, _ = input_gradient(model, x, y, loss="margin")
+            gb, _ = input_gradient(model, x, y, loss="margin")
+            grad_diff = float((ga - gb).abs().max()) / float(ga.abs().max().clamp_min(1e-12))
+        except RuntimeError:  # a forward that refuses an input requiring grad: the logits decide alone
+            grad_diff = math.nan
     return Randomness(
         max_rel_logit_diff=float((a - b).abs().max()) / float(a.abs().max().clamp_min(1.0)),
-        max_rel_grad_diff=float((ga - gb).abs().max()) / float(ga.abs().max().clamp_min(1e-12)),
+        max_rel_grad_diff=grad_diff,
         pred_agreement=float((a.argmax(1) == b.argmax(1)).float().mean()),
     )
 

@@ -9,6 +9,9 @@ tie rule, and the same evaluation with EOT off for a deterministic model.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -21,6 +24,7 @@ from robustbench_wave.evaluation.eot import EOT_ITER, EotPlan, EotSettings, deci
 from robustbench_wave.evaluation.execute import DRAW_RULE, vote
 from robustbench_wave.reporting.markdown import randomness_text
 from tests.support.attack_models import labelled, patch_model, toy_data
+from tests.support.noisy_models import GaussianInput
 
 CLASSES = 4
 FLIP = torch.tensor([0.1, 0.25, 0.75, 0.9])  # probability of a wrong answer, cycled over the examples
@@ -115,6 +119,23 @@ def test_the_probe_leaves_torchs_rng_as_it_found_it(stochastic: bool) -> None:
     plan = decide(model, x, y, EotSettings(), seed=0, device=torch.device("cpu"))
     assert torch.equal(before, torch.random.get_rng_state())
     assert plan.stochastic is stochastic and plan.active is stochastic
+
+
+class NumpyRound(nn.Module):
+    """A numpy round trip written as a user would: ``.numpy()`` refuses an input that requires grad."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rounded = torch.from_numpy(np.round(x.numpy() * 4) / 4)
+        return rounded.flatten(1)[:, :CLASSES] * 8
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3])
+def test_a_model_without_autograd_is_probed_by_its_logits(noise: float) -> None:
+    x, y, _ = _flip_data()
+    model = NumpyRound() if noise == 0 else nn.Sequential(GaussianInput(nn.Identity(), noise), NumpyRound())
+    plan = decide(model, x, y, EotSettings(), 0, torch.device("cpu"))
+    assert plan.stochastic is (noise > 0)
+    assert plan.randomness is not None and math.isnan(plan.randomness.max_rel_grad_diff)
 
 
 def test_the_deterministic_check_and_the_probe_are_one_test() -> None:
