@@ -27,6 +27,7 @@ from robustbench_wave.cli import Parser, command_line, non_negative_int, positiv
 from robustbench_wave.data import describe_datasets
 from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
 from robustbench_wave.evaluation import ALL_MODES
+from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EOT_ITER, EotMode
 from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.evaluation.sharding import Shard
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
@@ -167,6 +168,22 @@ def get_args_parser() -> Parser:
         "'attack@backend'); crosscheck.csv says what each back-end found",
     )
     p.add_argument(
+        "--eot",
+        choices=[m.value for m in EotMode],
+        default=EotMode.AUTO.value,
+        help="randomised models (two forwards of a batch differ, tested before the attacks): 'auto' (default) "
+        f"attacks them with AutoAttack's 'rand' protocol: {EOT_ITER} EOT iterations in every gradient attack "
+        "that has them (the others are skipped, said in the report), each prediction, clean included, the "
+        "plurality vote of --eot-draws draws; 'on' does so for every model, 'off' for none (single draws)",
+    )
+    p.add_argument(
+        "--eot-draws",
+        type=positive_int,
+        default=DEFAULT_DRAWS,
+        metavar="K",
+        help=f"draws per prediction of a model under EOT (default {DEFAULT_DRAWS}: odd, so two classes never tie)",
+    )
+    p.add_argument(
         "--grad-modes",
         default=",".join(ALL_MODES),
         help="gradient rules through fixed front-ends (exact, blocked, bpda); models without a fixed "
@@ -284,7 +301,7 @@ def get_args_parser() -> Parser:
 #: Flags that are :class:`~robustbench_wave.attackrun.RunSettings` fields of the same name.
 SETTINGS_FLAGS = (
     "dataset", "n_examples", "seed", "train_seed", "backend", "grad_modes", "surrogate", "skip_broken",
-    "cross_check", "compile", "save_adversarial",
+    "cross_check", "compile", "save_adversarial", "eot", "eot_draws",
 )  # fmt: skip
 
 

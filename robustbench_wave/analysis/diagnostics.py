@@ -44,6 +44,7 @@ from robustbench_wave.attacks import (
     parse_suite,
 )
 from robustbench_wave.evaluation import EvalSettings, evaluate
+from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,10 @@ def _model_rows(
     return as_white_box_restarts(rows, [model_name]), model_name, True
 
 
+#: meta.json's settings of the run's EOT choice -> EotSettings fields (absent in runs before it: the default).
+EOT_KEYS = {"eot": "mode", "eot_draws": "draws"}
+
+
 def _evaluate_subset(
     model: nn.Module,
     x: torch.Tensor,
@@ -208,10 +213,12 @@ def _evaluate_subset(
     modes: Sequence[str],
     seed: int,
     model_name: str,
+    eot: EotSettings,
 ) -> pd.DataFrame:
-    """Records of ``suite`` on the subset: the ordinary evaluation, every attack on every clean-correct point."""
+    """Records of ``suite`` on the subset: the ordinary evaluation, every attack on every clean-correct point,
+    with the run's EOT choice (a randomised model is attacked as the run attacked it)."""
     settings = EvalSettings(
-        model_name=model_name, dataset=info, grad_modes=tuple(modes), seed=seed, skip_broken=False
+        model_name=model_name, dataset=info, grad_modes=tuple(modes), seed=seed, skip_broken=False, eot=eot
     )
     return evaluate(model, x, y, suite, settings, example_ids=ids, progress=False).records
 
@@ -252,7 +259,9 @@ def run_diagnostics(
     idx = _pick_subset(model, x_all, y_all, n)
     log.info("diagnostics for %s on %d examples, modes %s, eps=%.4g", model_name, len(idx), modes, eps)
     suite = diagnostics_suite(eps, steps=steps, square_queries=square_queries)
-    subset = _evaluate_subset(model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name)
+    run_settings = (meta or {}).get("settings") or {}
+    eot = EotSettings(**{name: run_settings[key] for key, name in EOT_KEYS.items() if key in run_settings})
+    subset = _evaluate_subset(model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name, eot)
     dev = model_device(model)
     inputs = CheckInputs(
         records, subset, model, x_all[idx].to(dev), y_all[idx].to(dev), num_classes, eps, steps, seed

@@ -16,6 +16,7 @@ from typing import Any
 from robustbench_wave import runfolder
 from robustbench_wave.attacks import Suite, load_suite
 from robustbench_wave.evaluation import ALL_MODES, EvalSettings
+from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotMode, EotSettings
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import ExternalSpec, is_external
 
@@ -47,6 +48,8 @@ class RunSettings:
     compile: str = CompileMode.OFF.value
     save_adversarial: bool = False
     external: tuple[ExternalSpec, ...] = ()  # the models (and surrogate) from outside the zoo
+    eot: str = EotMode.AUTO.value  # EOT for randomised models: auto | on | off (evaluation.eot)
+    eot_draws: int = DEFAULT_DRAWS  # K draws per prediction when EOT applies
 
     @property
     def has_surrogate(self) -> bool:
@@ -69,6 +72,8 @@ class RunSettings:
             optional["save_adversarial"] = True
         if self.external:  # likewise: reference, weights file, num_classes, img_size, normalisation
             optional["external"] = {e.reference: e.to_config() for e in self.external}
+        optional |= {"eot": self.eot} if self.eot != EotMode.AUTO.value else {}  # likewise, when not default
+        optional |= {"eot_draws": self.eot_draws} if self.eot_draws != DEFAULT_DRAWS else {}
         return {
             "models": self.models,
             "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
@@ -95,6 +100,7 @@ class RunSettings:
             seed=self.seed,
             skip_broken=self.skip_broken,
             cross_check=self.cross_check,
+            eot=EotSettings(self.eot, self.eot_draws),
         )
 
 

@@ -25,6 +25,10 @@ How the numbers are made honest (Croce & Hein 2020; Carlini et al. 2019; Athalye
   every example (clean errors included), are recorded under the first gradient mode only, and neither skip
   nor mark broken points (:func:`~robustbench_wave.attacks.is_average_case`).
 * Budget audit on every returned point (``attacks.budget.audit``); predictions are recomputed here.
+* Randomised models (:mod:`eot`): two forwards of the first examples are compared before any attack; a
+  model whose forwards differ gets AutoAttack's 'rand' protocol (``settings.eot``, default ``auto``): 20 EOT
+  iterations in every gradient attack that has them, the others skipped with a reason, and every prediction,
+  clean included, decided over K draws. A deterministic model's records are those of a plain evaluation.
 * Per-example randomness: results do not depend on ``batch_size`` (:mod:`execute`).
 * Resume: with ``cache_dir`` every finished (model, attack, grad mode) chunk is saved and reused when the
   configuration (suite, data, weights, model specs, seed, modes, backend) is unchanged (:mod:`chunks`).
@@ -73,7 +77,8 @@ from robustbench_wave.evaluation.chunks import (
     state_sha256,
     tensor_sha256,
 )
-from robustbench_wave.evaluation.execute import Progress, predict, run_attack
+from robustbench_wave.evaluation.eot import EotPlan, decide
+from robustbench_wave.evaluation.execute import Predictor, Progress, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
 from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
 from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
@@ -102,6 +107,7 @@ class _Run:
     rng_block: int
     device: torch.device
     batch_size: int
+    predictor: Predictor  # clean and adversarial predictions (K draws for a randomised model)
     pbar: Any = None  # tqdm bar: inner progress per batch / id block
     adversarial: AdversarialSet | None = None  # the points that break examples (save_adversarial), or None
 
@@ -152,9 +158,10 @@ def _fingerprint(
     surrogate: nn.Module | None,
     modes: list[str],
     specs: Mapping[str, str] | None = None,
+    eot: EotPlan | None = None,
 ) -> str:
-    """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs`` and the
-    cross-check only when present, so the fingerprints of callers without them stay what they were."""
+    """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs``, the
+    cross-check and EOT only when present, so the fingerprints of callers without them stay what they were."""
     suite = {k: v for k, v in plan.suite.to_dict().items() if k not in ("description", "source")}
     return config_fingerprint(
         {
@@ -171,6 +178,7 @@ def _fingerprint(
         }
         | ({"specs": dict(specs)} if specs else {})
         | ({"cross_check": {n: dataclasses.asdict(c) for n, c in plan.cross.items()}} if plan.cross else {})
+        | ({"eot": eot.identity()} if eot is not None and eot.changes_records else {})
     )
 
 
@@ -293,7 +301,7 @@ def _attack_points(
             progress=progress,
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
-    pred, loss = predict(run.model, x_adv, run.labels[idx], run.batch_size, run.device)
+    pred, loss = run.predictor(run.model, x_adv, run.labels[idx], label, run_mode, repr(eps))
     return (pred, loss, norms, last), x_adv
 
 
@@ -506,13 +514,17 @@ def evaluate(
     data = _check_inputs(images, labels, example_ids)
     modes = resolve_grad_modes(model, settings.grad_modes)
     dev = _check_device(model, device)
+    eot = decide(model, data.images, data.labels, settings.eot, settings.seed, dev)
+    suite, eot = eot.apply(suite)
     plan = Plan.make(
         suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check
     )
-    fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
+    plan = _skip(plan, eot.skipped)
+    fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
+    predictor = Predictor(batch_size, dev, eot.draws, settings.seed if eot.changes_records else None)
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
-        run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, dev, batch_size)
+        run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
         run.adversarial = AdversarialSet(settings.model_name) if save_adversarial else None
         chunks, resumed = _attack_all(run, plan, cache, progress)
     model_run = ModelRun(
@@ -526,6 +538,7 @@ def evaluate(
         resumed=resumed,
         seconds=time.perf_counter() - t_start,
         extra=extra_meta,
+        eot=eot.to_meta(),
     )
     meta = build_meta(
         plan, settings, data, model_run, device=dev, batch_size=batch_size, fingerprint=fingerprint
@@ -542,6 +555,18 @@ def _result(
     return EvaluationResult(rec.concat(clean + [c[0] for c in chunks]), meta, adversarial=kept)
 
 
+def _skip(plan: Plan, skipped: Mapping[str, str]) -> Plan:
+    """``plan`` without the attacks in ``skipped`` (name -> why), which it lists with their reasons."""
+    if not skipped:
+        return plan
+    return dataclasses.replace(
+        plan,
+        entries=[e for e in plan.entries if e.name not in skipped],
+        skipped={**plan.skipped, **skipped},
+        cross={name: c for name, c in plan.cross.items() if name not in skipped},
+    )
+
+
 def _start(
     model: nn.Module,
     data: Examples,
@@ -549,19 +574,18 @@ def _start(
     plan: Plan,
     ctx: RunContext,
     settings: EvalSettings,
-    device: torch.device,
-    batch_size: int,
+    predictor: Predictor,
 ) -> tuple[_Run, tuple[list[pd.DataFrame], dict[str, Any]]]:
     """Clean predictions: the run's starting worst case, and the clean records with their timing."""
     images, labels, ids = data.tensors()
     t0 = time.perf_counter()
-    pred, loss = predict(model, images, labels, batch_size, device)
+    pred, loss = predictor(model, images, labels, "clean")
     clean_correct = pred == labels
     worst_eps = {t: v for t, v in plan.threat_eps.items() if not is_average_case(t)}
     state = RobustState(clean_correct, modes, worst_eps)
     run = _Run(
-        model, images, labels, ids, clean_correct, modes, state, ctx, settings, plan.suite.rng_block, device,
-        batch_size,
+        model, images, labels, ids, clean_correct, modes, state, ctx, settings, plan.suite.rng_block,
+        predictor.device, predictor.batch_size, predictor,
     )  # fmt: skip
     clean = plan.suite.attacks[0]
     frames = _clean_frames(run, clean, pred, loss)

@@ -38,6 +38,7 @@ class ModelRun:
     resumed: int
     seconds: float
     extra: dict[str, Any] | None = None
+    eot: dict[str, Any] | None = None  # randomness found and what was done about it (EotPlan.to_meta)
 
     def to_dict(self) -> dict[str, Any]:
         cc = self.clean_correct
@@ -54,6 +55,7 @@ class ModelRun:
             "seconds_total": round(self.seconds, 3),  # this call (short when chunks were resumed)
             "seconds_attacks": round(sum(t["seconds"] for t in self.timing), 3),  # when they were computed
             "resumed_chunks": self.resumed,
+            **({"eot": self.eot} if self.eot is not None else {}),
             **(self.extra or {}),
         }
 
@@ -88,6 +90,8 @@ def _settings(
         "skip_broken": settings.skip_broken,
         "backend": settings.backend,
         "cross_check": settings.cross_check,
+        "eot": settings.eot.mode,
+        "eot_draws": settings.eot.draws,
         "rng_block": plan.suite.rng_block,
         "device": str(device),
         "torch_num_threads": torch.get_num_threads(),

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, Suite, Threat
+from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class EvalSettings:
     seed: int = 0
     skip_broken: bool = True
     cross_check: str = CrossCheck.OFF.value  # a CrossCheck value (True / False are read as all / off)
+    eot: EotSettings = field(default_factory=EotSettings)  # EOT and K-draw votes for randomised models
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cross_check", CrossCheck.parse(self.cross_check).value)

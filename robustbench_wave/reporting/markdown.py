@@ -392,10 +392,33 @@ def _run_summary(run: RunFolder) -> str:
             f"{clean}, train seed {m.get('train_seed', '?')}, checkpoint "
             f"`{str(sha)[:12]}`, attack time {m.get('seconds_total', '?')} s"
         )
+        if m.get("eot"):
+            lines.append(f"  - randomness: {randomness_text(m['eot'])}")
     libs = ", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items())
     lines.append(f"- code: git `{prov.get('git_revision', '?')}`; {libs}")
     lines.append(f"- platform: {prov.get('platform', '?')}; created {meta.get('created_utc', '?')}")
     return "\n".join(lines)
+
+
+def randomness_text(eot: Mapping[str, Any]) -> str:
+    """One model's randomness and what the run did about it (``meta.json``'s ``eot`` entry, evaluation.eot)."""
+    found = eot.get("randomness") or {}
+    if not eot.get("stochastic"):
+        what = (
+            "deterministic (two forwards and input gradients agree)" if found else "not probed (no examples)"
+        )
+    else:
+        diff = found.get("max_rel_logit_diff", float("nan"))
+        what = f"randomised (two forwards differ by up to {diff:.3g} of the logits)"
+    if eot.get("eot_iter", 1) <= 1:
+        caveat = ": its numbers are one draw's, not the randomised model's" if eot.get("stochastic") else ""
+        return f"{what}; single-draw gradients and predictions (--eot {eot.get('mode', '?')}){caveat}"
+    skipped = eot.get("skipped") or {}
+    return (
+        f"{what}; EOT (--eot {eot.get('mode')}, AutoAttack's 'rand' protocol): gradient attacks average "
+        f"{eot['eot_iter']} draws per step; predictions (clean included) over K = {eot.get('draws')} draws: "
+        f"{eot.get('rule')}" + (f"; skipped, no EOT: {', '.join(sorted(skipped))}" if skipped else "")
+    )
 
 
 def _attacks_details(meta: Mapping[str, Any]) -> str:

@@ -24,6 +24,7 @@ from robustbench_wave.attacks import builtin as builtin_module
 from robustbench_wave.attacks.lowfreq import LowFreqPGD
 from robustbench_wave.attacks.pgd import BestIterate, loss_and_wrong
 from robustbench_wave.evaluation import EvalSettings, evaluate
+from robustbench_wave.evaluation.eot import EotSettings
 from tests.support.attack_models import (
     NoisyGradientLinear,
     labelled,
@@ -36,6 +37,8 @@ from tests.support.attack_models import (
 EPS = 0.06  # the linear part's closed-form robust accuracy here is ~70%: room to break and to miss
 N = 96
 EOT = 16
+#: The entries' own eot_iter and single-draw predictions (automatic EOT would give both runs 20 iterations).
+MANUAL = EvalSettings(eot=EotSettings("off"))
 
 
 def _pgd_suite(backend: str, eot_iter: int, threat: str = "Linf", **extra: object):
@@ -72,7 +75,9 @@ def test_eot_breaks_a_randomised_model_that_single_pass_pgd_leaves_standing(back
     robust = {}
     for eot in (1, EOT):
         torch.manual_seed(0)
-        records = evaluate(model, x, y, _pgd_suite(backend, eot), progress=False, batch_size=N).records
+        records = evaluate(
+            model, x, y, _pgd_suite(backend, eot), MANUAL, progress=False, batch_size=N
+        ).records
         assert (records[records["attack"] == "clean"]["correct"]).all()
         robust[eot] = _robust(records)
     broken_single, broken_eot = int((~robust[1]).sum()), int((~robust[EOT]).sum())
@@ -93,7 +98,7 @@ def test_fgsm_on_the_mean_gradient_breaks_more_of_the_randomised_model(backend: 
         suite = parse_suite({"eps": {"default": {"Linf": [EPS]}}, "attack": [raw]})
         torch.manual_seed(0)
         broken[eot] = int(
-            (~_robust(evaluate(model, x, y, suite, progress=False, batch_size=N).records)).sum()
+            (~_robust(evaluate(model, x, y, suite, MANUAL, progress=False, batch_size=N).records)).sum()
         )
     assert broken[EOT] >= broken[1] + 5, (backend, broken)
 

@@ -7,6 +7,7 @@ health of input gradients, and whether two forward passes agree (else attacks ne
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks import Threat, attack_mode, input_gradient, mode_context, pgd_with_history
+from robustbench_wave.evaluation.eot import LOGIT_RTOL, measure_randomness
 from robustbench_wave.models.frontend import GradMode
 
 from .base import Check, CheckInputs, CheckResult, Reads, register_check
@@ -247,31 +249,20 @@ class Deterministic(Check):
     name: ClassVar[str] = "deterministic"
     reads: ClassVar[Reads] = Reads.MODEL
     per_mode: ClassVar[bool] = False
-    rtol: float = 1e-4  # relative logit difference between two forwards
+    rtol: float = LOGIT_RTOL  # relative logit difference between two forwards (gradients: at least 1e-3)
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         model, x, y = inputs.subset()
         was_training = model.training
-        with attack_mode(model):
-            with torch.no_grad():
-                a = model(x)
-                b = model(x)
-            ga, _ = input_gradient(model, x, y, loss="margin")
-            gb, _ = input_gradient(model, x, y, loss="margin")
-        logit_diff = float((a - b).abs().max()) / float(a.abs().max().clamp_min(1.0))
-        grad_diff = float((ga - gb).abs().max()) / float(ga.abs().max().clamp_min(1e-12))
-        numbers = {
-            "max_rel_logit_diff": logit_diff,
-            "max_rel_grad_diff": grad_diff,
-            "pred_agreement": float((a.argmax(1) == b.argmax(1)).float().mean()),
-            "handed_over_in_train_mode": was_training,
-        }
-        passed = logit_diff <= self.rtol and grad_diff <= max(self.rtol, 1e-3)
+        randomness = measure_randomness(model, x, y)  # the test the evaluation runs before attacking
+        numbers = {**dataclasses.asdict(randomness), "handed_over_in_train_mode": was_training}
+        passed = randomness.deterministic(self.rtol)
         meaning = (
             "deterministic in eval mode"
             if passed
             else "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
-            "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws"
+            "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws "
+            "(the attack run does both unless --eot off: see its meta.json 'eot')"
         )
         if was_training:
             meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"

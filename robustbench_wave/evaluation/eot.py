@@ -1,0 +1,205 @@
+"""Automatic EOT: find a randomised model before attacking it, attack it with AutoAttack's 'rand' protocol,
+and decide its predictions over several draws.
+
+A model whose two forwards of one batch differ (input noise, random resizing, dropout left on, stochastic
+activation pruning) defeats single-draw evaluation twice: each attack step follows one draw's gradient, and
+each point's fate is one draw's prediction, so randomness alone passes for robustness (Athalye, Carlini &
+Wagner 2018). AutoAttack's ``version='rand'`` (Croce & Hein 2020) answers the first with 20 EOT iterations
+(the step follows the mean gradient of 20 draws); this module applies it to every gradient attack of a suite
+that has ``eot_iter`` and skips, with a reason, those whose back-ends cannot average draws. The second is
+answered by :func:`~robustbench_wave.evaluation.execute.predict` over K draws
+(:data:`~robustbench_wave.evaluation.execute.DRAW_RULE`).
+
+:func:`measure_randomness` is the one test of "two forwards differ": the ``deterministic`` check of the
+diagnostics calls it too. A deterministic model is evaluated exactly as before (same suite, single draws,
+same records): the measurement runs under its own seed and restores torch's RNG, and it draws nothing from a
+model that draws nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+from torch import nn
+
+from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
+from robustbench_wave.evaluation.execute import DRAW_RULE
+
+log = logging.getLogger(__name__)
+
+#: EOT iterations of every gradient attack on a randomised model: AutoAttack's version='rand' (APGD-CE and
+#: APGD-DLR with eot_iter = 20).
+EOT_ITER = 20
+#: Draws per prediction of a randomised model (odd, so a vote between two classes cannot tie).
+DEFAULT_DRAWS = 21
+#: Examples on which two forwards are compared before the attacks.
+PROBE_EXAMPLES = 16
+#: Largest relative difference of two forwards' logits a deterministic model may show (float noise).
+LOGIT_RTOL = 1e-4
+#: Likewise for input gradients (GPU backward kernels may add in another order).
+GRAD_RTOL = 1e-3
+
+
+class EotMode(str, Enum):
+    """``auto``: EOT for a model found randomised; ``on``: for every model; ``off``: never (single draws)."""
+
+    AUTO = "auto"
+    OFF = "off"
+    ON = "on"
+
+    @classmethod
+    def parse(cls, value: str | EotMode) -> EotMode:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(
+                f"unknown EOT setting {value!r}; choose one of {[m.value for m in cls]}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class EotSettings:
+    """The EOT choice of one evaluation (:class:`~robustbench_wave.evaluation.plan.EvalSettings`)."""
+
+    mode: str = EotMode.AUTO.value
+    draws: int = DEFAULT_DRAWS  # K: forwards per prediction when EOT applies
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", EotMode.parse(self.mode).value)
+        if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 1:
+            raise ValueError(f"EOT draws must be an integer >= 1 (e.g. {DEFAULT_DRAWS}), got {self.draws!r}")
+
+
+@dataclass(frozen=True)
+class Randomness:
+    """Two eval-mode forwards (and input gradients) of the same batch, compared."""
+
+    max_rel_logit_diff: float
+    max_rel_grad_diff: float  # NaN: the model takes no autograd graph (e.g. a numpy round trip)
+    pred_agreement: float
+
+    def deterministic(self, rtol: float = LOGIT_RTOL) -> bool:
+        """Logits agree within ``rtol``, input gradients (where there are any) within ``max(rtol, GRAD_RTOL)``."""
+        grads_agree = math.isnan(self.max_rel_grad_diff) or self.max_rel_grad_diff <= max(rtol, GRAD_RTOL)
+        return self.max_rel_logit_diff <= rtol and grads_agree
+
+
+def measure_randomness(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Randomness:
+    """Two forwards and two margin-loss input gradients of ``x`` in attack mode (eval, frozen parameters).
+
+    Draws from torch's global RNG as the model does; callers that must not disturb it wrap it in
+    :func:`~robustbench_wave.attacks.seeded` (:func:`decide` does).
+    """
+    with attack_mode(model):
+        with torch.no_grad():
+            a = model(x)
+            b = model(x)
+        try:
+            ga, _ = input_gradient(model, x, y, loss="margin")
+            gb, _ = input_gradient(model, x, y, loss="margin")
+            grad_diff = float((ga - gb).abs().max()) / float(ga.abs().max().clamp_min(1e-12))
+        except RuntimeError:  # a forward that refuses an input requiring grad: the logits decide alone
+            grad_diff = math.nan
+    return Randomness(
+        max_rel_logit_diff=float((a - b).abs().max()) / float(a.abs().max().clamp_min(1.0)),
+        max_rel_grad_diff=grad_diff,
+        pred_agreement=float((a.argmax(1) == b.argmax(1)).float().mean()),
+    )
+
+
+@dataclass(frozen=True)
+class EotPlan:
+    """What one evaluation does about randomness: K draws per prediction, EOT iterations per gradient, and
+    the gradient attacks it skips because no back-end of theirs averages draws."""
+
+    mode: str
+    randomness: Randomness | None  # None: no examples to probe
+    draws: int = 1  # K (1: single-draw predictions)
+    eot_iter: int = 1  # EOT iterations forced on the gradient attacks (1: the suite's own)
+    skipped: dict[str, str] = field(default_factory=dict)  # attack name -> why it does not run
+
+    @property
+    def stochastic(self) -> bool:
+        return self.randomness is not None and not self.randomness.deterministic()
+
+    @property
+    def active(self) -> bool:
+        return self.eot_iter > 1
+
+    @property
+    def changes_records(self) -> bool:
+        """Records differ from a plain single-draw evaluation's: EOT on, or a randomised model's seeded draws."""
+        return self.active or self.stochastic
+
+    def identity(self) -> dict[str, Any]:
+        """What joins the chunk fingerprint when :attr:`changes_records`."""
+        return {
+            "mode": self.mode,
+            "stochastic": self.stochastic,
+            "draws": self.draws,
+            "eot_iter": self.eot_iter,
+        }
+
+    def to_meta(self) -> dict[str, Any]:
+        """The ``eot`` entry of a model in ``meta.json``."""
+        return self.identity() | {
+            "rule": DRAW_RULE if self.draws > 1 else "one forward per prediction",
+            "randomness": dataclasses.asdict(self.randomness) if self.randomness is not None else None,
+            "skipped": dict(self.skipped),
+        }
+
+    def apply(self, suite: Suite) -> tuple[Suite, EotPlan]:
+        """The suite as this plan runs it: every gradient attack with ``eot_iter`` at least :attr:`eot_iter`;
+        and the plan naming the gradient attacks that cannot average draws (they are skipped)."""
+        if not self.active:
+            return suite, self
+        entries, skipped = [], {}
+        for entry in suite.attacks:
+            if entry.spec.grad_dependent and "eot_iter" in entry.spec.params:
+                eot = max(int(entry.params.get("eot_iter", 1)), self.eot_iter)
+                entry = dataclasses.replace(entry, params={**entry.params, "eot_iter": eot})
+                reason = entry.rejection(entry.backend) if entry.backend else None
+                if reason is not None or not entry.able_backends():
+                    skipped[entry.name] = (
+                        f"EOT on a randomised model: {reason or 'no back-end averages draws'}"
+                    )
+            elif entry.spec.grad_dependent:
+                skipped[entry.name] = (
+                    f"EOT on a randomised model: {entry.family} has no eot_iter, so its gradients would be "
+                    "single draws (--eot off runs it anyway)"
+                )
+            entries.append(entry)
+        for name, reason in skipped.items():
+            log.warning("skipping %s: %s", name, reason)
+        return dataclasses.replace(suite, attacks=tuple(entries)), dataclasses.replace(self, skipped=skipped)
+
+
+def decide(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: EotSettings, seed: int, device: torch.device
+) -> EotPlan:
+    """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (``settings.draws`` draws per
+    prediction, :data:`EOT_ITER` per gradient) for a randomised model under ``auto``, always under ``on``,
+    never under ``off``. The probe runs under its own seed and leaves torch's RNG as it found it."""
+    randomness = None
+    if len(x):
+        with seeded(derive_seed(seed, "eot-probe"), device):
+            randomness = measure_randomness(
+                model, x[:PROBE_EXAMPLES].to(device), y[:PROBE_EXAMPLES].to(device)
+            )
+    plan = EotPlan(settings.mode, randomness)
+    mode = EotMode(settings.mode)
+    if mode is EotMode.ON or (mode is EotMode.AUTO and plan.stochastic):
+        plan = dataclasses.replace(plan, draws=settings.draws, eot_iter=EOT_ITER)
+    if plan.stochastic:
+        what = "EOT applies" if plan.active else "EOT is off: single-draw gradients and predictions"
+        diff = plan.randomness.max_rel_logit_diff if plan.randomness is not None else float("nan")
+        log.warning(
+            "the model is randomised (two forwards differ by up to %.3g of the logits): %s", diff, what
+        )
+    return plan
