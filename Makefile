@@ -105,10 +105,11 @@ tokenpool-pareto: $(STAMP)
 	$(POOL_TUNE) $(foreach s,$(filter %-48-32-16-16.toml,$(POOL_GRID)),--model $(s)) --seed $(POOL_MID_SEEDS)
 
 ## The gallery of defences known to be broken (Athalye, Carlini & Wagner 2018; robustbench_wave/models/gallery.py):
-## train the small Fashion-MNIST CNN and its thermometer-code twin (2 epochs each), attack every defence with the
-## DEFENSES_SUITE on DEFENSES_N test images twice -- naive (exact/blocked gradients, --eot off) and adaptive (the
-## attack command's automatic BPDA / EOT) -- and write one table, $(OUT)/gallery/gallery.{txt,csv,tex}. Finished
-## weights are reused and killed attack runs resume from their chunks; each run's output is in $(OUT)/gallery/logs/.
+## train the small Fashion-MNIST CNN, its thermometer-code twin and the CNN behind random resize-and-pad (2 epochs,
+## ~3 min of CPU each), attack every defence with DEFENSES_SUITE on DEFENSES_N test images twice -- naive
+## (exact/blocked gradients, --eot off) and adaptive (the attack command's automatic BPDA / EOT) -- and write one
+## table, $(OUT)/gallery/gallery.{txt,csv,tex}. Finished weights are reused and killed attack runs resume from
+## their chunks; each run's output is in $(OUT)/gallery/logs/. More flags: DEFENSES_ARGS (see --help).
 DEFENSES_N     ?= 200
 DEFENSES_SUITE ?= headline
 DEFENSES_ARGS  ?=

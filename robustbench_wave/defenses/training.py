@@ -1,8 +1,9 @@
 """Train the gallery's CNNs with the project's one recipe and keep their weights as safetensors.
 
-Only two networks are trained: the undefended CNN, whose weights every pure pre-processing defence and SAP
-reuse (as their papers apply them to a trained network), and the CNN on thermometer codes (its input has
-``levels`` channels). Each goes to ``OUT/weights/<entry>/model.safetensors`` with ``train.json`` beside it
+Three networks are trained (:func:`robustbench_wave.models.gallery.trained_entries`), each as a whole
+model, defence included: the undefended CNN, whose weights bit-depth reduction, JPEG and SAP reuse (as their
+papers apply them to a trained network), the CNN on thermometer codes (its input has ``levels`` channels)
+and the CNN behind random resize-and-pad (it learns the draws' shifts and scales). Each goes to ``OUT/weights/<entry>/model.safetensors`` with ``train.json`` beside it
 (recipe, data, seed, accuracies, the weights' sha256). A finished run with the same fingerprint is reused; a
 different one is refused unless ``fresh`` (so attack runs never silently change weights under them).
 """

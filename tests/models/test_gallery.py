@@ -203,10 +203,10 @@ def test_every_factory_takes_the_contract_and_gives_logits(name: str) -> None:
     }
 
 
-def test_the_thermometer_cnn_takes_levels_channels_and_trains_on_its_own() -> None:
+def test_the_thermometer_cnn_takes_levels_channels_and_trains_on_its_own_as_resize_pad_does() -> None:
     model = GALLERY["thermometer"].factory()
     assert model.net.features[0].in_channels == 16
-    assert [e.name for e in trained_entries()] == [UNDEFENDED, "thermometer"]
+    assert [e.name for e in trained_entries()] == [UNDEFENDED, "thermometer", "resize_pad"]
 
 
 @pytest.mark.slow
