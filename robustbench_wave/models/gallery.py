@@ -85,7 +85,7 @@ class BitDepthReduction(nn.Module):
     gradients see nothing; BPDA with the identity backward breaks it (Athalye et al. 2018).
     """
 
-    def __init__(self, bits: int = 3) -> None:
+    def __init__(self, bits: int = 5) -> None:
         super().__init__()
         if not 1 <= bits <= 8:
             raise ValueError(f"bits = {bits} must lie in 1..8 (levels per pixel: 2^bits)")
@@ -233,9 +233,13 @@ def cnn(num_classes: int = NUM_CLASSES, img_size: int = IMG_SIZE, in_chans: int 
 
 
 def bit_depth_cnn(
-    num_classes: int = NUM_CLASSES, img_size: int = IMG_SIZE, in_chans: int = IN_CHANS, bits: int = 3
+    num_classes: int = NUM_CLASSES, img_size: int = IMG_SIZE, in_chans: int = IN_CHANS, bits: int = 5
 ) -> Defended:
-    """The CNN behind 3-bit colour-depth reduction (Xu et al. 2018); the undefended CNN's weights."""
+    """The CNN behind 5-bit colour-depth reduction (Xu et al. 2018's CIFAR-10 setting); the undefended CNN's
+    weights. Coarser steps are partly robust for real at small budgets on Fashion-MNIST, whose background is
+    exactly 0: with 3 bits no pixel at 0 reaches the first rounding boundary (1/14) within L-inf 0.03, and
+    PGD through the identity BPDA kept 79 % there (n = 200) against the undefended CNN's 54.5 %; with 5 bits
+    (boundary 1/62) it fell to 53.5 %, while exact gradients kept 89 %."""
     return Defended(BitDepthReduction(bits), SmallCNN(num_classes, in_chans))
 
 
@@ -249,7 +253,10 @@ def jpeg_cnn(
 def thermometer_cnn(
     num_classes: int = NUM_CLASSES, img_size: int = IMG_SIZE, in_chans: int = IN_CHANS, levels: int = 16
 ) -> Defended:
-    """A CNN trained on 16-level thermometer codes (Buckman et al. 2018): its own weights."""
+    """A CNN trained on 16-level thermometer codes (Buckman et al. 2018): its own weights. Its first
+    threshold, 1/16, lies beyond L-inf 0.03 of Fashion-MNIST's zero background, so at that budget part of
+    its robustness is real: PGD through BPDA (straight-through or Athalye et al.'s smooth thermometer) kept
+    77-79 % (n = 200, undefended 54.5 %); at 0.1 it fell to 6.5 % (undefended 5.0 %), exact gradients 91.5 %."""
     return Defended(ThermometerEncoding(levels), SmallCNN(num_classes, in_chans * levels))
 
 
