@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED = 1
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 test test-fast lint venv bench
+.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,19 @@ tokenpool-pareto: $(STAMP)
 		--out $(OUT) --parallel runs
 	$(POOL_TUNE) $(foreach s,$(POOL_GRID),--model $(s)) --seed $(POOL_SEEDS)
 	$(POOL_TUNE) $(foreach s,$(filter %-48-32-16-16.toml,$(POOL_GRID)),--model $(s)) --seed $(POOL_MID_SEEDS)
+
+## The gallery of defences known to be broken (Athalye, Carlini & Wagner 2018; robustbench_wave/models/gallery.py):
+## train the small Fashion-MNIST CNN, its thermometer-code twin and the CNN behind random resize-and-pad (2 epochs,
+## ~3 min of CPU each), attack every defence with DEFENSES_SUITE on DEFENSES_N test images twice -- naive
+## (exact/blocked gradients, --eot off) and adaptive (the attack command's automatic BPDA / EOT) -- and write one
+## table, $(OUT)/gallery/gallery.{txt,csv,tex}. Finished weights are reused and killed attack runs resume from
+## their chunks; each run's output is in $(OUT)/gallery/logs/. More flags: DEFENSES_ARGS (see --help).
+DEFENSES_N     ?= 200
+DEFENSES_SUITE ?= headline
+DEFENSES_ARGS  ?=
+defenses: $(STAMP)
+	$(BIN)/python -m robustbench_wave.gallery all --out $(OUT)/gallery --n-examples $(DEFENSES_N) \
+		--suite $(DEFENSES_SUITE) $(DEFENSES_ARGS)
 
 ## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
 ## benchmarks/results/latest.csv and latest.md. `make bench BENCH_ARGS=--quick` for a smoke run.

@@ -26,8 +26,9 @@ LAYER = {
     "analysis": 5,
     "reporting": 6,
     "attackrun": 7,
+    "defenses": 7,
 }
-COMMAND_LINES = {"train", "attack", "report", "cli", "__init__"}
+COMMAND_LINES = {"train", "attack", "report", "gallery", "cli", "__init__"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -1,0 +1,155 @@
+"""Attack every gallery defence twice with the attack command: a naive protocol and the adaptive one.
+
+Each defence is attacked the way a user attacks their own model -- ``python -m robustbench_wave.attack
+--model robustbench_wave.models.gallery:FACTORY --weights FILE`` -- so the table tests the harness's
+automatic BPDA and EOT, not code written for the gallery. The two protocols differ only in flags
+(:data:`PROTOCOLS`): ``naive`` = exact (or blocked) gradients and single draws, what an evaluation sees that
+trusts the model's own gradients; ``adaptive`` = the command's defaults, every gradient mode it offers (BPDA
+where it finds a step without a gradient) and EOT when it finds the model random. The transfer attacks'
+surrogate is the undefended CNN by default (Athalye et al.'s threat model: the attacker knows the network
+behind the defence). Every run lands in ``OUT/attack/<data>/<defence>-<protocol>_<suite>_n<N>_seed<S>`` and
+resumes from its chunks when the command is run again; its terminal output goes to ``OUT/logs/``, and
+``OUT/runs.json`` lists the commands, logs and times.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robustbench_wave.data import dataset_info
+from robustbench_wave.defenses.training import weights_path
+from robustbench_wave.io import atomic_write_json
+from robustbench_wave.models.gallery import GALLERY, UNDEFENDED, GalleryEntry
+from robustbench_wave.runfolder import check_safe_name
+
+log = logging.getLogger(__name__)
+
+NAIVE, ADAPTIVE = "naive", "adaptive"
+#: The attack command's flags per protocol: the naive one turns the automatic EOT off and keeps the gradient
+#: modes that trust the model's gradients (blocked exists only where a FixedFrontEnd declares it); the
+#: adaptive one is the command's defaults (``--grad-modes`` all, ``--eot auto``).
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    NAIVE: ("--grad-modes", "exact,blocked", "--eot", "off"),
+    ADAPTIVE: (),
+}
+#: ``surrogate`` value: the undefended gallery CNN with its trained weights.
+SURROGATE_CNN = "cnn"
+RUNS_JSON = "runs.json"
+
+
+@dataclass(frozen=True)
+class AttackOptions:
+    """What the attack step runs: which defences under which protocols, on which data, suite and budget of
+    examples; ``extra_args`` go to every attack command (e.g. ``--attacks``, ``--device``, ``--batch-size``)."""
+
+    out: Path
+    dataset: str = "fashion-mnist"
+    suite: str = "headline"
+    n_examples: int = 200
+    seed: int = 0
+    defences: tuple[str, ...] = tuple(GALLERY)
+    protocols: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(PROTOCOLS))
+    surrogate: str = SURROGATE_CNN
+    extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        unknown = [d for d in self.defences if d not in GALLERY]
+        if unknown or not self.defences:
+            raise ValueError(f"unknown defences {unknown}; choose from {', '.join(GALLERY)}")
+        for protocol in self.protocols:
+            check_safe_name(protocol, "protocol name")
+        if self.n_examples < 1:
+            raise ValueError(f"n_examples = {self.n_examples} must be >= 1")
+
+
+def run_name(defence: str, protocol: str, options: AttackOptions) -> str:
+    """The run folder's name: defence, protocol, suite, n and attack seed."""
+    suite = Path(options.suite).stem if options.suite.endswith(".toml") else options.suite
+    return f"{defence}-{protocol}_{suite}_n{options.n_examples}_seed{options.seed}"
+
+
+def run_dir(defence: str, protocol: str, options: AttackOptions) -> Path:
+    """Where the attack command writes that run."""
+    slug = dataset_info(options.dataset).slug
+    return options.out / "attack" / slug / run_name(defence, protocol, options)
+
+
+def attack_command(entry: GalleryEntry, protocol: str, options: AttackOptions) -> list[str]:
+    """The attack command of one defence under one protocol (ValueError when its weights are not trained)."""
+    info = dataset_info(options.dataset)
+    command = [
+        options.python, "-m", "robustbench_wave.attack",
+        "--model", entry.reference, "--weights", str(_weights(entry.weights_of, options)),
+        "--num-classes", str(info.num_classes), "--img-size", str(info.img_size),
+        "--dataset", options.dataset, "--suite", options.suite, "--n-examples", str(options.n_examples),
+        "--seed", str(options.seed), "--out", str(options.out),
+        "--run-name", run_name(entry.name, protocol, options), "--no-progress",
+    ]  # fmt: skip
+    return command + _surrogate_args(entry, options) + [*options.protocols[protocol], *options.extra_args]
+
+
+def _weights(name: str, options: AttackOptions) -> Path:
+    path = weights_path(options.out, name).resolve()
+    if not path.is_file():
+        raise ValueError(
+            f"the gallery's {name!r} weights are not trained ({path}); run python -m robustbench_wave.gallery "
+            f"train --out {options.out} first"
+        )
+    return path
+
+
+def _surrogate_args(entry: GalleryEntry, options: AttackOptions) -> list[str]:
+    """``--surrogate``: the undefended CNN (its weights unless it is the attacked model), or as given."""
+    if options.surrogate != SURROGATE_CNN:
+        return ["--surrogate", options.surrogate]
+    cnn = GALLERY[UNDEFENDED]
+    if entry.reference == cnn.reference:
+        return ["--surrogate", cnn.reference]
+    return ["--surrogate", cnn.reference, "--surrogate-weights", str(_weights(cnn.weights_of, options))]
+
+
+def log_path(defence: str, protocol: str, options: AttackOptions) -> Path:
+    """Where one attack command's terminal output goes (``OUT/logs/<run name>.log``)."""
+    return options.out / "logs" / f"{run_name(defence, protocol, options)}.log"
+
+
+def attack_gallery(options: AttackOptions) -> list[dict[str, Any]]:
+    """Run every (defence, protocol) attack command in turn, each one's output into its log file; returns
+    (and writes to ``OUT/runs.json``) each run's defence, protocol, folder, command, log and seconds. A
+    failing command stops the step with its command line and the end of its log (the runs before it are
+    kept, and it resumes from its chunks)."""
+    commands = [
+        (name, protocol, attack_command(GALLERY[name], protocol, options))
+        for name in options.defences
+        for protocol in options.protocols
+    ]  # every weights file is checked before the first attack
+    done: list[dict[str, Any]] = []
+    for name, protocol, command in commands:
+        log_file = log_path(name, protocol, options)
+        log.info("gallery: attacking %s (%s), log %s: %s", name, protocol, log_file, shlex.join(command))
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        with log_file.open("w", encoding="utf-8") as out:
+            returncode = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+        seconds = round(time.perf_counter() - start, 1)
+        if returncode != 0:
+            tail = log_file.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(
+                f"the attack of {name} ({protocol}) exited with {returncode}: {shlex.join(command)}; its log "
+                f"{log_file} ends: " + " | ".join(tail)
+            )
+        done.append(
+            {"defence": name, "protocol": protocol, "run": str(run_dir(name, protocol, options)),
+             "command": shlex.join(command), "log": str(log_file), "seconds": seconds}
+        )  # fmt: skip
+        atomic_write_json(options.out / RUNS_JSON, done)
+        log.info("gallery: %s (%s) done in %.0f s", name, protocol, seconds)
+    return done

@@ -1,0 +1,68 @@
+"""The gallery command end to end on the synthetic data: train the CNNs a little, attack two defences under
+both protocols with the attack command, write the table; then every step again reuses what is finished."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from robustbench_wave import gallery
+from robustbench_wave.attack import get_args_parser as attack_parser
+from robustbench_wave.defenses import PROTOCOLS
+
+ATTACK_ARGS = "--attacks clean,fgsm,pgd_linf --n-diagnostics 8 --diagnostics-steps 2 --cross-check off"
+SMALL = [
+    "--dataset", "synthetic", "--epochs", "1", "--train-subset", "300", "--test-subset", "50",
+    "--n-examples", "8", "--suite", "smoke", "--defence", "cnn", "--defence", "bit_depth",
+    "--surrogate", "none", "--attack-args", ATTACK_ARGS, "--no-progress",
+]  # fmt: skip
+
+
+def _protocol_args() -> list[str]:
+    """The default protocols where the attack command knows their flags (``--eot``), else the naive one
+    without the flags it lacks."""
+    known = {s for action in attack_parser()._actions for s in action.option_strings}
+    flags = [f for f in PROTOCOLS["naive"] if f.startswith("--")]
+    if all(f in known for f in flags):
+        return []
+    return ["--naive-args", "--grad-modes exact,blocked"]
+
+
+@pytest.mark.slow
+def test_the_gallery_trains_attacks_and_tabulates(tmp_path: Path) -> None:
+    out = tmp_path / "gallery"
+    assert gallery.main(["all", "--out", str(out), *SMALL, *_protocol_args()]) == 0
+    table = pd.read_csv(out / "gallery.csv")
+    assert table["defence"].tolist() == ["cnn", "bit_depth"]
+    assert (table["n"] == 8).all() and (table["eps"] == 0.03).all()
+    for col in ("clean", "exact", "naive", "adaptive"):
+        assert table[col].between(0, 1).all()
+        assert (table[f"{col}_low"] <= table[col]).all() and (table[col] <= table[f"{col}_high"]).all()
+    assert table.loc[0, "within_undefended"]  # the undefended CNN lies in its own interval
+    assert (table["naive"] <= table["exact"]).all()  # more attacks never raise the worst case
+    runs = json.loads((out / "runs.json").read_text())
+    assert [(r["defence"], r["protocol"]) for r in runs] == [
+        ("cnn", "naive"), ("cnn", "adaptive"), ("bit_depth", "naive"), ("bit_depth", "adaptive"),
+    ]  # fmt: skip
+    assert all(Path(r["log"]).is_file() and (Path(r["run"]) / "diagnostics.json").is_file() for r in runs)
+    text = (out / "gallery.txt").read_text()
+    assert "Defences known to be broken on synthetic (n = 8)" in text
+
+    weights = (out / "weights" / "cnn" / "train.json").read_text()
+    assert gallery.main(["table", "--out", str(out), *SMALL]) == 0  # rebuilt from the saved runs alone
+    assert (out / "gallery.txt").read_text() == text
+    assert gallery.main(["train", "--out", str(out), *SMALL]) == 0  # reused, not retrained
+    assert (out / "weights" / "cnn" / "train.json").read_text() == weights
+    with pytest.raises(SystemExit, match="--fresh"):
+        gallery.main(["train", "--out", str(out), *SMALL, "--epochs", "2"])
+
+
+def test_the_gallery_refuses_colour_data_and_untrained_weights(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="not gray"):
+        gallery.main(["train", "--out", str(tmp_path), "--dataset", "synthetic-rgb"])
+    with pytest.raises(SystemExit, match="gallery train"):
+        gallery.main(["attack", "--out", str(tmp_path), "--dataset", "synthetic"])
+    assert not (tmp_path / "attack").exists()
