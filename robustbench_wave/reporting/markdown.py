@@ -392,6 +392,7 @@ def _run_summary(run: RunFolder) -> str:
             f"{clean}, train seed {m.get('train_seed', '?')}, checkpoint "
             f"`{str(sha)[:12]}`, attack time {m.get('seconds_total', '?')} s"
         )
+        lines += [f"  - gradient path: {m['gradient_path']['summary']}"] if m.get("gradient_path") else []
     libs = ", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items())
     lines.append(f"- code: git `{prov.get('git_revision', '?')}`; {libs}")
     lines.append(f"- platform: {prov.get('platform', '?')}; created {meta.get('created_utc', '?')}")
