@@ -81,8 +81,10 @@ def get_args_parser() -> Parser:
         "timm:ARCH builds any timm architecture (pretrained=False, the data set's classes and channels; "
         f"{TIMM_NAMES_HINT}); MODULE:FACTORY or path/to/file.py:FACTORY calls your function, which returns an "
         "nn.Module taking [0,1] images (N,C,H,W) to logits (N,classes). Records and the run folder name "
-        "these timm-ARCH and ext-FACTORY-<8 hex of the reference>. They are attacked with exact gradients "
-        "only, unless a sub-module subclasses models.frontend.FixedFrontEnd (then every --grad-modes)",
+        "these timm-ARCH and ext-FACTORY-<8 hex of the reference>. They are attacked with exact gradients, "
+        "and with bpda where rounding, thresholds or integer casts cut their input gradient (found "
+        "automatically: models/autobpda.py); every --grad-modes when a sub-module subclasses "
+        "models.frontend.FixedFrontEnd",
     )
     p.add_argument(
         "--weights",
@@ -186,8 +188,8 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--grad-modes",
         default=",".join(ALL_MODES),
-        help="gradient rules through fixed front-ends (exact, blocked, bpda); models without a fixed "
-        "front-end always run exact only",
+        help="gradient rules (exact, blocked, bpda): every one through a fixed front-end; exact and bpda "
+        "where automatic BPDA finds operations that cut the input gradient; exact only for the rest",
     )
     p.add_argument(
         "--surrogate",

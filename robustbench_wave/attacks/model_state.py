@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end, is_zero_gradient_node
+from robustbench_wave.models.frontend import GradMode, grad_mode, is_zero_gradient_node, supported_grad_modes
 
 
 @contextlib.contextmanager
@@ -73,7 +73,9 @@ class GradSafe(nn.Module):
 
     With ``grad_mode(model, "blocked")`` the front-end output is detached, so the logits no longer depend on
     the input and ``torch.autograd.grad(loss, x)`` would raise; the claim under test is "the attacker sees no
-    gradient", which every attack library can handle as an all-zero gradient.
+    gradient", which every attack library can handle as an all-zero gradient. A model whose own forward cuts
+    the input off (a NumPy round trip, :mod:`robustbench_wave.models.autobpda`) gets the same zero gradient.
+    ``grad_mode`` reaches every switch inside (fixed front-ends, automatic BPDA) through this wrapper.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -110,21 +112,19 @@ def as_float_images(images: torch.Tensor) -> torch.Tensor:
 
 
 def modes_for(model: nn.Module, grad_modes: Sequence[str] | None = None) -> list[str]:
-    """The gradient modes a model is evaluated under: all three with a fixed front-end, else only exact."""
+    """The gradient modes a model is evaluated under: ``grad_modes`` as given, else the ones it offers (all
+    three with a fixed front-end, exact and bpda with automatic BPDA, else only exact)."""
     if grad_modes is not None:
         return [GradMode.parse(m).value for m in grad_modes]
-    if has_fixed_front_end(model):
-        return [m.value for m in GradMode]
-    return [GradMode.EXACT.value]
+    return supported_grad_modes(model)
 
 
 def mode_context(model: nn.Module, mode: str) -> contextlib.AbstractContextManager:
-    """``grad_mode(model, mode)`` for models with a fixed front-end; a no-op (exact) for the rest."""
-    if has_fixed_front_end(model):
-        return grad_mode(model, mode)
-    if GradMode.parse(mode) is not GradMode.EXACT:
-        raise ValueError(f"model has no fixed front-end, so only grad mode 'exact' applies (got {mode!r})")
-    return contextlib.nullcontext(model)
+    """``grad_mode(model, mode)`` for a mode the model offers (:func:`supported_grad_modes`); ValueError else."""
+    offered = supported_grad_modes(model)
+    if GradMode.parse(mode).value not in offered:
+        raise ValueError(f"the model offers grad modes {offered} only (got {mode!r})")
+    return grad_mode(model, mode)
 
 
 def margin_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -84,7 +84,7 @@ from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
 from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
-from robustbench_wave.models.frontend import GradMode, grad_mode, has_fixed_front_end
+from robustbench_wave.models.frontend import GradMode, grad_mode, supported_grad_modes
 
 log = logging.getLogger(__name__)
 ALL_MODES = [m.value for m in GradMode]
@@ -116,13 +116,16 @@ class _Run:
 
 
 def resolve_grad_modes(model: nn.Module, grad_modes: Sequence[str] | None) -> list[str]:
-    """Modes to evaluate: all three for a model with a fixed front-end, only 'exact' otherwise."""
-    if not has_fixed_front_end(model):
-        if grad_modes and set(grad_modes) - {GradMode.EXACT.value}:
-            log.info("model has no fixed front-end: blocked/bpda equal exact, evaluating 'exact' only")
-        return [GradMode.EXACT.value]
-    modes = [GradMode.parse(m).value for m in (grad_modes or ALL_MODES)]
-    return sorted(dict.fromkeys(modes), key=ALL_MODES.index)
+    """Modes to evaluate: those asked for (default all) that the model offers (``supported_grad_modes``: all
+    three with a fixed front-end, exact and bpda with automatic BPDA, else exact), 'exact' when none is."""
+    offered = supported_grad_modes(model)
+    asked = [GradMode.parse(m).value for m in (grad_modes or ALL_MODES)]
+    modes = [m for m in ALL_MODES if m in asked and m in offered]
+    if grad_modes and set(asked) - set(offered):
+        log.info(
+            "model offers grad modes %s only: not evaluating %s", offered, sorted(set(asked) - set(offered))
+        )
+    return modes or [GradMode.EXACT.value]
 
 
 def _check_inputs(images: torch.Tensor, labels: torch.Tensor, example_ids: Any) -> Examples:

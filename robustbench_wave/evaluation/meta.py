@@ -21,6 +21,7 @@ from robustbench_wave.evaluation.chunks import state_sha256, tensor_sha256
 from robustbench_wave.evaluation.plan import EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.records import SCHEMA_VERSION
 from robustbench_wave.io import provenance
+from robustbench_wave.models.autobpda import gradient_path_meta
 from robustbench_wave.models.frontend import has_fixed_front_end
 
 
@@ -45,6 +46,7 @@ class ModelRun:
         return {
             "grad_modes": self.modes,
             "has_fixed_front_end": has_fixed_front_end(self.model),
+            **gradient_path_meta(self.model),  # what automatic BPDA found on its input path, if anything
             "param_sha256": state_sha256(self.model),
             "n_parameters": sum(p.numel() for p in self.model.parameters()),
             "clean_accuracy": float(cc.float().mean()) if len(cc) else math.nan,

@@ -16,12 +16,22 @@ import, the attribute, that it is callable and returns an ``nn.Module``, the wei
 the data set's own images gives finite logits of shape (N, num_classes). Records and run folders name the
 model by a safe slug (:attr:`ExternalSpec.slug`): ``timm-NAME``, or ``ext-FACTORY-<8 hex of the reference>``.
 
-**Gradient modes (the opt-in protocol).** An external model is attacked with exact gradients only, unless it
-declares a fixed (parameter-free) front-end the way the zoo's wavelet tokenizer and Token Pooling do: one of
-its sub-modules subclasses :class:`robustbench_wave.models.frontend.FixedFrontEnd` and implements
-``transform(x)`` (the exact forward) and, optionally, ``smooth_transform(x)`` (the differentiable
-approximation BPDA back-propagates through; default: the exact one). Such a model is then attacked under
-every ``--grad-modes`` (exact, blocked, bpda), exactly like the zoo's (``models.frontend.grad_mode``).
+**Gradient modes.** An external model is scanned on the probe batch for operations on its input's path whose
+gradient is zero almost everywhere or missing -- rounding, quantisation, thresholds, masks from ``argmax`` /
+``topk`` / ``one_hot``, integer casts, ``detach`` (:mod:`robustbench_wave.models.autobpda`). Where such an
+operation cuts the gradient the model is attacked under ``exact`` (its plain forward) and ``bpda``, which gives
+each one a straight-through backward without any change to the model; where no gradient reaches the input at all (a
+NumPy or PIL round trip) the log, ``meta.json``'s ``gradient_path`` and the report say so, and its
+robustness rests on the gradient-free and transfer attacks. Two ways to say more:
+
+* a sub-module may define ``bpda_approximation(*inputs)``, returning a tensor shaped like its output: in
+  ``bpda`` mode that output keeps its exact values and back-propagates through the approximation instead
+  of the automatic rules (e.g. a smooth thermometer ``clip(l * x - k + 1, 0, 1)`` for a hard one);
+* a sub-module may subclass :class:`robustbench_wave.models.frontend.FixedFrontEnd`, the way the zoo's
+  wavelet tokenizer and Token Pooling do, and implement ``transform(x)`` (the exact forward) and,
+  optionally, ``smooth_transform(x)`` (the differentiable approximation BPDA back-propagates through;
+  default: the exact one). Such a model is attacked under every ``--grad-modes`` (exact, blocked, bpda),
+  exactly like the zoo's (``models.frontend.grad_mode``), and is not scanned: its own BPDA takes precedence.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from torch import nn
 
 from robustbench_wave.data import DatasetInfo
+from robustbench_wave.models.autobpda import auto_bpda
 from robustbench_wave.models.vit import Normalize
 
 TIMM_PREFIX = "timm:"
@@ -208,6 +219,7 @@ def build_external(
     norm = _normalization(spec, net, info)
     model = _wrap(net, norm).eval()
     _probe(spec, model, probe, info.num_classes)
+    model = _with_auto_bpda(spec, model, probe)
     description = describe(spec, kwargs, norm, source)
     meta = {
         "name": spec.slug,
@@ -459,6 +471,14 @@ def _wrap(net: nn.Module, norm: Normalization | None) -> nn.Module:
     if norm is None:
         return net
     return nn.Sequential(OrderedDict(normalize=Normalize(*norm), net=net))
+
+
+def _with_auto_bpda(spec: ExternalSpec, model: nn.Module, images: torch.Tensor) -> nn.Module:
+    """The model with the bpda mode its input path calls for (:func:`~.autobpda.auto_bpda`)."""
+    try:
+        return auto_bpda(model, images, spec.slug)
+    except Exception as err:  # user code (a bpda_approximation, a forward under the scan): one line
+        raise ValueError(f"its bpda mode fails on the data set's first images: {_one_line(err)}") from None
 
 
 def _probe(spec: ExternalSpec, model: nn.Module, images: torch.Tensor, num_classes: int) -> None:

@@ -10,8 +10,11 @@ runs under three backward rules (Athalye, Carlini & Wagner 2018):
 * ``bpda``    -- forward exact, backward through a smooth approximation (for the wavelet front-end: the same
   linear transform without the sparsification mask, i.e. straight-through the mask).
 
-Modules that own such a step subclass :class:`FixedFrontEnd`; :func:`grad_mode` switches all of them in a
-model at once and restores the previous modes even when an attack raises.
+Modules that own such a step subclass :class:`FixedFrontEnd`; a model without one whose input path holds
+operations of zero or missing gradient (rounding, thresholds, integer casts) gets the ``exact`` and ``bpda``
+modes from :class:`robustbench_wave.models.autobpda.AutoBPDA` instead. Both are :class:`GradModeSwitch`es:
+:func:`grad_mode` switches all of them in a model at once and restores the previous modes even when an attack
+raises, and :func:`supported_grad_modes` says which modes a model offers.
 """
 
 from __future__ import annotations
@@ -66,17 +69,23 @@ def is_zero_gradient_node(node: object) -> bool:
     return getattr(node, "_forward_cls", None) is _ZeroGradient
 
 
-class FixedFrontEnd(nn.Module):
-    """Base class of parameter-free pre-processing whose backward rule can be switched.
+class GradModeSwitch(nn.Module):
+    """A module whose backward rule :func:`grad_mode` switches; ``modes`` are the rules it offers."""
+
+    modes: tuple[GradMode, ...] = tuple(GradMode)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grad_mode: GradMode = GradMode.EXACT
+
+
+class FixedFrontEnd(GradModeSwitch):
+    """Base class of parameter-free pre-processing whose backward rule can be switched (every mode).
 
     Subclasses implement :meth:`transform` (the exact forward) and may override :meth:`smooth_transform`
     (the differentiable approximation used by BPDA; the default is the exact transform, i.e. BPDA == exact)
     and :meth:`exact_and_smooth` (both at once, when they share work).
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.grad_mode: GradMode = GradMode.EXACT
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -108,15 +117,33 @@ def has_fixed_front_end(model: nn.Module) -> bool:
     return bool(fixed_front_ends(model))
 
 
+def grad_switches(model: nn.Module) -> list[GradModeSwitch]:
+    return [m for m in model.modules() if isinstance(m, GradModeSwitch)]
+
+
+def supported_grad_modes(model: nn.Module) -> list[str]:
+    """The gradient modes ``model`` offers, in :class:`GradMode` order: every one with a fixed front-end,
+    ``exact`` and ``bpda`` with automatic BPDA (:mod:`.autobpda`), else ``exact`` only."""
+    offered = {m for s in grad_switches(model) for m in s.modes} | {GradMode.EXACT}
+    return [m.value for m in GradMode if m in offered]
+
+
 @contextlib.contextmanager
 def grad_mode(model: nn.Module, mode: str | GradMode) -> Iterator[nn.Module]:
-    """Set the backward rule of every fixed front-end in ``model`` for the duration of the block."""
+    """Set the backward rule of every switch in ``model`` for the duration of the block (a switch that does
+    not offer ``mode`` stays exact); a mode no switch of the model offers is refused (ValueError), and a model
+    without switches always runs exact."""
     mode = GradMode.parse(mode)
-    modules = fixed_front_ends(model)
+    modules = grad_switches(model)
+    if modules and mode.value not in supported_grad_modes(model):
+        raise ValueError(
+            f"the model offers grad modes {supported_grad_modes(model)}, not {mode.value!r} "
+            "(blocked needs a FixedFrontEnd sub-module, models/external.py's docstring)"
+        )
     previous = [m.grad_mode for m in modules]
     try:
         for m in modules:
-            m.grad_mode = mode
+            m.grad_mode = mode if mode in m.modes else GradMode.EXACT
         yield model
     finally:
         for m, old in zip(modules, previous):

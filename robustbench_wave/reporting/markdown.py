@@ -394,6 +394,7 @@ def _run_summary(run: RunFolder) -> str:
         )
         if m.get("eot"):
             lines.append(f"  - randomness: {randomness_text(m['eot'])}")
+        lines += [f"  - gradient path: {m['gradient_path']['summary']}"] if m.get("gradient_path") else []
     libs = ", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items())
     lines.append(f"- code: git `{prov.get('git_revision', '?')}`; {libs}")
     lines.append(f"- platform: {prov.get('platform', '?')}; created {meta.get('created_utc', '?')}")

@@ -1,0 +1,48 @@
+"""A user's defended factory models through the attack command, unchanged (no ``FixedFrontEnd``): ``round(8x)/8``
+in front of a linear model gets the ``bpda`` mode from the automatic scan, recorded in meta.json and the
+report; the same quantiser through NumPy is reported as having no gradient path and keeps its gradient-free
+rows; the checklist runs in both modes (the smoke suite's low-frequency entry needs a patch size these
+models do not have, so it is left out here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from robustbench_wave import attack
+from robustbench_wave.data import load_split, to_float
+from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.models.external import ExternalSpec
+from tests.support import external_models as ext
+
+QUANTISED = "tests.support.autobpda_models:quantized_pooled_linear"
+NUMPY = "tests.support.autobpda_models:numpy_pooled_linear"
+
+
+@pytest.mark.slow
+def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: Path) -> None:
+    images, labels, _ = load_split("synthetic", "train")
+    fitted = ext.fit_pooled_linear(to_float(images[:2000]), labels[:2000])
+    weights = tmp_path / "quantised.safetensors"
+    ext.save_weights(
+        {f"1.{k}": v for k, v in fitted.items()}, str(weights)
+    )  # behind the parameter-free quantiser
+    args = ["--dataset", "synthetic", "--suite", "smoke", "--n-examples", "16", "--batch-size", "16"]
+    args += ["--attacks", "noise_uniform,fgsm,pgd_linf,pgd_l2,apgd_ce,square,apgd_t,fab_t"]
+    args += ["--model", QUANTISED, "--weights", str(weights), "--model", NUMPY, "--weights", str(weights)]
+    args += ["--surrogate", "none", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "out")]
+    assert attack.main(args) == 0
+    (run,) = (tmp_path / "out" / "attack").glob("*/*")
+    records, meta = read_run(run)
+    quantised, numpy = ExternalSpec(QUANTISED).slug, ExternalSpec(NUMPY).slug
+    assert meta["models"][quantised]["grad_modes"] == ["exact", "bpda"]
+    assert set(records[records["model"] == quantised]["grad_mode"]) == {"exact", "bpda"}
+    assert meta["models"][numpy]["grad_modes"] == ["exact"]
+    path = meta["models"][numpy]["gradient_path"]
+    assert not path["exact_gradient"] and not path["bpda_gradient"]
+    gradient_free = records[(records["model"] == numpy) & records["attack"].isin(["square", "noise_uniform"])]
+    assert gradient_free["attacked"].any()
+    report = (run / "report.md").read_text()
+    assert f"  - gradient path: {meta['models'][quantised]['gradient_path']['summary']}" in report
+    assert "  - gradient path: no gradient reaches the input" in report
