@@ -507,8 +507,9 @@ def evaluate(
     modes = resolve_grad_modes(model, settings.grad_modes)
     dev = _check_device(model, device)
     plan = Plan.make(
-        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check
-    )
+        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check,
+        model=model, model_name=settings.model_name,
+    )  # fmt: skip
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
