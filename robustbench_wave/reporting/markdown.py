@@ -186,6 +186,7 @@ def comparison_markdown(runs: Sequence[RunFolder]) -> str:
         markdown_table(wide),
         f"_{note}; attack columns follow the suite's bookkeeping (see meta.json)._",
     ]
+    parts += [f"Transfer surrogate: {choice}." for choice in surrogate_choices(runs)]
     lines = not_as_written(runs)
     if lines:
         parts += ["Suite entries not run as written:", "\n".join(lines)]
@@ -207,6 +208,12 @@ def not_as_written(runs: Sequence[RunFolder]) -> list[str]:
             ]
             lines += [f"- `{a}` on `{model}`: {how}" for a, how in plan.get("resolved", {}).items()]
     return list(dict.fromkeys(lines))
+
+
+def surrogate_choices(runs: Sequence[RunFolder]) -> list[str]:
+    """How ``--surrogate auto`` chose the transfer surrogate (meta.json, each model's entry), each once."""
+    notes = (m.get("surrogate_choice") for r in runs for m in (r.meta.get("models") or {}).values())
+    return list(dict.fromkeys(n for n in notes if n))
 
 
 # --------------------------------------------------------------------------------------------------------
