@@ -193,9 +193,11 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--surrogate",
-        default="patch",
+        default=attackrun.AUTO_SURROGATE,
         help="model whose exact gradients craft the transfer attack: a zoo NAME or an external reference "
-        "like --model ('none' skips transfer)",
+        f"like --model; 'none' skips transfer; '{attackrun.AUTO_SURROGATE}' (the default) = the zoo "
+        f"{attackrun.AUTO_SURROGATE_MODEL} of the same --train-seed when it is trained for the data set, "
+        "else none (config.json records the choice, report.md says why)",
     )
     p.add_argument(
         "--surrogate-weights",

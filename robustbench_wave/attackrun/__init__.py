@@ -44,6 +44,7 @@ from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
 from robustbench_wave.attackrun.models import (
     Loaded,
     check_dataset,
+    choose_surrogate,
     load_model,
     load_models,
     model_hashes,
@@ -51,6 +52,8 @@ from robustbench_wave.attackrun.models import (
 )
 from robustbench_wave.attackrun.reaudit import reaudit_run
 from robustbench_wave.attackrun.settings import (
+    AUTO_SURROGATE,
+    AUTO_SURROGATE_MODEL,
     NO_SURROGATE,
     ExternalFlags,
     RunSettings,
@@ -62,6 +65,8 @@ from robustbench_wave.attackrun.settings import (
 )
 
 __all__ = [
+    "AUTO_SURROGATE",
+    "AUTO_SURROGATE_MODEL",
     "CHUNKS_DIR",
     "LOCK_HINT",
     "NO_SURROGATE",
@@ -78,6 +83,7 @@ __all__ = [
     "check_names",
     "check_shards",
     "choose_shard",
+    "choose_surrogate",
     "default_run_name",
     "diagnose",
     "external_specs",

@@ -65,16 +65,23 @@ def check_shards(job: Job, shards: list[Shard]) -> None:
             )
 
 
-def _model_extra(settings: RunSettings, tmeta: dict[str, Any]) -> dict[str, Any]:
-    """What meta.json records about a model beyond what evaluate measures: its training run and spec."""
-    return {
-        "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
-        "checkpoint_dir": tmeta.get("run_dir"),
-        "train_seed": tmeta.get("train_seed", settings.train_seed),  # None: an external model
-        "train_test_accuracy": tmeta.get("clean_accuracy"),
-        "spec_sha256": tmeta.get("spec_sha256"),
-        "model_spec": tmeta.get("model_spec"),
-    } | ({"external": tmeta["external"]} if "external" in tmeta else {})
+def _model_extra(
+    settings: RunSettings, tmeta: dict[str, Any], surrogate_note: str | None = None
+) -> dict[str, Any]:
+    """What meta.json records about a model beyond what evaluate measures: its training run and spec, and
+    how ``--surrogate auto`` chose its surrogate (only then)."""
+    return (
+        {
+            "checkpoint_sha256": tmeta.get("checkpoint_sha256"),
+            "checkpoint_dir": tmeta.get("run_dir"),
+            "train_seed": tmeta.get("train_seed", settings.train_seed),  # None: an external model
+            "train_test_accuracy": tmeta.get("clean_accuracy"),
+            "spec_sha256": tmeta.get("spec_sha256"),
+            "model_spec": tmeta.get("model_spec"),
+        }
+        | ({"external": tmeta["external"]} if "external" in tmeta else {})
+        | ({"surrogate_choice": surrogate_note} if surrogate_note else {})
+    )
 
 
 def _spec_ids(tmeta: dict[str, Any], surrogate: Loaded | None) -> dict[str, str]:
@@ -129,7 +136,7 @@ def attack_models(
             cache_dir=cache_dir,
             save_adversarial=settings.save_adversarial,
             specs=_spec_ids(tmeta, surrogate),
-            extra_meta=_model_extra(settings, tmeta),
+            extra_meta=_model_extra(settings, tmeta, job.surrogate_note),
         )
         results.append(result)
         job.echo(_summary_line(name, result))

@@ -11,7 +11,7 @@ from typing import Any
 
 from robustbench_wave.attackrun.finalize import FinalizeOptions
 from robustbench_wave.attackrun.folder import run_folder
-from robustbench_wave.attackrun.models import Loaded, load_run_models, model_hashes
+from robustbench_wave.attackrun.models import Loaded, choose_surrogate, load_run_models, model_hashes
 from robustbench_wave.attackrun.settings import Echo, RunSettings, default_run_name
 from robustbench_wave.attacks import Suite
 from robustbench_wave.data import LabelledImages, load_test_images
@@ -49,6 +49,7 @@ class Job:
     run_dir: Path
     command: str  # the invocation, recorded with the run (cli.command_line)
     echo: Echo  # the terminal output of the command (results, not log messages)
+    surrogate_note: str | None = None  # how --surrogate auto chose (in meta.json); None: named
 
 
 def load_run_data(settings: RunSettings, suite: Suite) -> LabelledImages:
@@ -72,9 +73,10 @@ def prepare_job(
     command: str,
     echo: Echo,
 ) -> Job:
-    """Load the test images and the models and choose the run folder; nothing is written here, and bad input
-    ends with one clear line (SystemExit)."""
+    """Load the test images and the models (``--surrogate auto`` resolved: :func:`choose_surrogate`) and choose
+    the run folder; nothing is written here, and bad input ends with one clear line (SystemExit)."""
     data = load_run_data(settings, suite)
+    settings, surrogate_note = choose_surrogate(settings, options.results_dir, data.info)
     models, surrogate = load_run_models(settings, options.results_dir, data)
     sur_key = settings.key(settings.surrogate)
     config = settings.to_config(
@@ -89,4 +91,17 @@ def prepare_job(
         run_dir = run_folder(options.out, name, data.info, named=bool(options.run_name))
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    return Job(settings, options, suite, modes, data, models, surrogate, config, run_dir, command, echo)
+    return Job(
+        settings,
+        options,
+        suite,
+        modes,
+        data,
+        models,
+        surrogate,
+        config,
+        run_dir,
+        command,
+        echo,
+        surrogate_note,
+    )

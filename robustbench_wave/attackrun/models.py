@@ -9,16 +9,25 @@ A model that cannot be loaded ends the command with one line naming it.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from robustbench_wave.attackrun.settings import RunSettings
+from robustbench_wave.attackrun.settings import (
+    AUTO_SURROGATE,
+    AUTO_SURROGATE_MODEL,
+    NO_SURROGATE,
+    RunSettings,
+)
 from robustbench_wave.data import DatasetInfo, LabelledImages, load_test_images
 from robustbench_wave.models.compiled import compile_model
 from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
 from robustbench_wave.training import checkpoint
+
+log = logging.getLogger(__name__)
 
 #: A trained model and the metadata of its training run (checkpoint hash, run folder, clean accuracy).
 Loaded = tuple[nn.Module, dict[str, Any]]
@@ -131,3 +140,30 @@ def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[s
     if changed:
         raise SystemExit(f"the checkpoints of {sorted(set(changed))} changed {why}")
     return models
+
+
+def choose_surrogate(
+    settings: RunSettings, results_dir: Path, info: DatasetInfo
+) -> tuple[RunSettings, str | None]:
+    """``--surrogate auto``: the settings with the zoo's :data:`AUTO_SURROGATE_MODEL` (same training seed)
+    when a finished training run of it exists for ``info``'s data set in ``results_dir``, else ``none``, and
+    the sentence saying which and why (logged once; None when the surrogate was named). ``config.json``
+    stores the chosen name, so a run made with ``--surrogate patch`` is the same configuration."""
+    if settings.surrogate != AUTO_SURROGATE:
+        return settings, None
+    name = AUTO_SURROGATE_MODEL
+    folder = checkpoint.run_dir(results_dir, info.slug, name, settings.train_seed)
+    try:  # a config.json that cannot be read is an error here too, as it would be when named
+        finished = (folder / checkpoint.CONFIG).exists() and "final" in checkpoint.read_config(folder)
+    except ValueError as err:
+        raise SystemExit(f"--surrogate auto: cannot read the training run of {name}: {err}") from None
+    if finished:
+        chosen, note = name, f"--surrogate auto: {name} (its finished training run in {folder})"
+    else:
+        chosen = NO_SURROGATE
+        note = (
+            f"--surrogate auto: none (no finished training run of {name} in {folder}); the transfer attacks "
+            f"are skipped: train {name}, or name a --surrogate, to run them"
+        )
+    log.info("%s", note)
+    return dataclasses.replace(settings, surrogate=chosen), note

@@ -23,6 +23,13 @@ from robustbench_wave.models.external import ExternalSpec, is_external
 #: ``--surrogate`` value that skips the transfer attack.
 NO_SURROGATE = "none"
 
+#: ``--surrogate`` value (the default) that takes :data:`AUTO_SURROGATE_MODEL` when it is trained for the data
+#: set and training seed, else :data:`NO_SURROGATE` (:func:`robustbench_wave.attackrun.models.choose_surrogate`).
+AUTO_SURROGATE = "auto"
+
+#: The zoo model ``--surrogate auto`` takes when it is trained: the undefended reference of the zoo.
+AUTO_SURROGATE_MODEL = "patch"
+
 #: Where an attack run writes what a user reads on the terminal (results, not log messages).
 Echo = Callable[[str], None]
 

@@ -192,14 +192,83 @@ def resolve_level(model: nn.Module, level: int | str) -> int:
     patch tokenizer's patch size (one token = one ``2^level`` block)."""
     if level != AUTO_LEVEL:
         return int(level)
+    own, why = _model_level(model)
+    if own is not None:
+        return own
+    raise ValueError(
+        f"level = 'auto' needs a wavelet front-end or a patch tokenizer with a power-of-two patch size ({why}): "
+        "set `level = N` in the suite entry (perturbations constant on 2^N x 2^N blocks)"
+    )
+
+
+def _model_level(model: nn.Module) -> tuple[int | None, str]:
+    """The level the model's own tokens give (front-end levels, log2 of a power-of-two patch size), or None
+    and the reason it gives none."""
     front = find_wavelet_front_end(model)
     if front is not None:
-        return int(front.levels)
+        return int(front.levels), ""
     patch = _patch_size(model)
     if patch is not None and patch >= 1 and patch & (patch - 1) == 0:
-        return int(math.log2(patch))
-    found = f"its patch size {patch} is not a power of two" if patch is not None else "it has neither"
-    raise ValueError(
-        "level = 'auto' needs a wavelet front-end or a patch tokenizer with a power-of-two patch size, and "
-        f"{found}: set `level = N` in the suite entry (perturbations constant on 2^N x 2^N blocks)"
+        return int(math.log2(patch)), ""
+    if patch is not None:
+        return None, f"its patch size {patch} is not a power of two"
+    return None, "the model has no wavelet front-end or patch tokenizer"
+
+
+#: The image-size rule's smallest band: 8 x 8 coefficients, the token grid of the zoo (4-pixel patches or a
+#: 2-level DWT on 32 x 32 images) and of a ViT-B/16 on 224 x 224 images (16-pixel patches, 14 x 14 tokens).
+MIN_BAND = 8
+
+
+def level_from_image(height: int, width: int) -> int:
+    """The coarsest level whose ``2^level`` blocks tile an ``height x width`` image and whose LL band keeps
+    at least :data:`MIN_BAND` coefficients per side; 0 when there is none (an odd side, or one under 16).
+
+    A model without tokens has no band of its own, so the attack takes the one a ViT of this image size
+    would have: 32 x 32 -> 2 (4 x 4 blocks, as the zoo), 224 x 224 -> 4 (16 x 16 blocks, ViT-B/16), 28 x 28
+    -> 1. A coarser band (fewer, larger blocks) is a weaker attack, a finer one is close to plain PGD.
+    """
+    level = 0
+    while all(
+        side % 2 ** (level + 1) == 0 and side // 2 ** (level + 1) >= MIN_BAND for side in (height, width)
+    ):
+        level += 1
+    return level
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """The band level of a low-frequency attack on one model and image size: ``level`` None when there is
+    no band to attack; ``note`` says why when the level is not the suite's or the model's own."""
+
+    level: int | None
+    note: str | None = None
+
+
+def choose_level(model: nn.Module, level: int | str, image_size: tuple[int, int]) -> LevelChoice:
+    """The level an entry's ``level`` (an int or ``"auto"``) gives on ``model`` for images of ``image_size``
+    (H, W): the suite's int if its blocks tile the image; ``"auto"``: the model's own (:func:`resolve_level`)
+    if it tiles the image, else :func:`level_from_image`; None (with the reason) if no level fits."""
+    h, w = image_size
+    if level != AUTO_LEVEL:
+        k = 2 ** int(level)
+        if h % k or w % k:
+            return LevelChoice(None, f"level = {level}: {k}x{k} blocks do not tile {h}x{w} images")
+        return LevelChoice(int(level))
+    own, why = _model_level(model)
+    if own is not None and not (h % 2**own or w % 2**own):
+        return LevelChoice(own)
+    if own is not None:
+        why = f"its {2**own}x{2**own} tokens do not tile {h}x{w} images"
+    chosen = level_from_image(h, w)
+    if chosen == 0:
+        return LevelChoice(
+            None,
+            f"level = 'auto': {why}, and no 2^N x 2^N blocks of {h}x{w} images keep a {MIN_BAND}x{MIN_BAND} "
+            "band; set `level = N` in the suite entry",
+        )
+    return LevelChoice(
+        chosen,
+        f"level = 'auto' -> {chosen} from the image size ({why}): {2**chosen}x{2**chosen} blocks, the "
+        f"coarsest band with at least {MIN_BAND}x{MIN_BAND} coefficients",
     )

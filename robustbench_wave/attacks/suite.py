@@ -30,7 +30,8 @@ import copy
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from robustbench_wave.attacks.lowfreq import LOWFREQ_FAMILY, choose_level
 from robustbench_wave.attacks.registry import (
     CLEAN,
     CORRUPTION_SEVERITIES,
@@ -130,6 +132,39 @@ class AttackEntry:
         if self.eps is not None:
             d["eps"] = list(self.eps)
         return d
+
+
+@dataclass(frozen=True)
+class EntryFit:
+    """One entry as it runs on one model: ``entry`` (a setting resolved for that model) or None (skipped),
+    and ``note`` saying what was resolved or why it is skipped (None: it runs as written)."""
+
+    entry: AttackEntry | None
+    note: str | None = None
+
+
+def fit_entry(
+    entry: AttackEntry, model: nn.Module, image_shape: Sequence[int], num_classes: int | None = None
+) -> EntryFit:
+    """Whether ``entry`` can run on ``model`` for images of ``image_shape`` (..., H, W) and ``num_classes``
+    classes (None: unknown, not checked), decided before any attack so a run never stops half-way on a
+    model the suite was not written for.
+
+    * A DLR loss (``loss = "dlr"``) needs at least three classes (:func:`~robustbench_wave.attacks.pgd.
+      dlr_loss`): skipped below.
+    * The low-frequency attack's ``level = "auto"`` is the model's own band (wavelet front-end, patch
+      tokenizer) when it tiles the images, else the image-size rule (:func:`~robustbench_wave.attacks.
+      lowfreq.choose_level`); skipped when no band fits. An explicit level that does not tile is skipped.
+    """
+    if entry.params.get("loss") == "dlr" and num_classes is not None and num_classes < 3:
+        return EntryFit(None, f"the DLR loss needs at least 3 classes, the data set has {num_classes}")
+    if entry.family == LOWFREQ_FAMILY:
+        choice = choose_level(model, entry.params["level"], (int(image_shape[-2]), int(image_shape[-1])))
+        if choice.level is None:
+            return EntryFit(None, choice.note)
+        if choice.note is not None:
+            return EntryFit(replace(entry, params={**entry.params, "level": choice.level}), choice.note)
+    return EntryFit(entry)
 
 
 @dataclass(frozen=True)

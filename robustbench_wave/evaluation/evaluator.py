@@ -520,8 +520,9 @@ def evaluate(
     eot = decide(model, data.images, data.labels, settings.eot, settings.seed, dev)
     suite, eot = eot.apply(suite)
     plan = Plan.make(
-        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check
-    )
+        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check,
+        model=model, model_name=settings.model_name,
+    )  # fmt: skip
     plan = _skip(plan, eot.skipped)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
@@ -559,13 +560,14 @@ def _result(
 
 
 def _skip(plan: Plan, skipped: Mapping[str, str]) -> Plan:
-    """``plan`` without the attacks in ``skipped`` (name -> why), which it lists with their reasons."""
+    """``plan`` without the attacks in ``skipped`` (name -> why): this model's, so they join the entries it
+    cannot run (``Plan.not_applicable``, its meta.json ``plan``), not those skipped for every model."""
     if not skipped:
         return plan
     return dataclasses.replace(
         plan,
         entries=[e for e in plan.entries if e.name not in skipped],
-        skipped={**plan.skipped, **skipped},
+        not_applicable={**plan.not_applicable, **skipped},
         cross={name: c for name, c in plan.cross.items() if name not in skipped},
     )
 

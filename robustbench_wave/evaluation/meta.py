@@ -139,5 +139,5 @@ def build_meta(
         "seeds": {"attack_seed": settings.seed},
         "settings": _settings(settings, plan, device, batch_size, fingerprint),
         "attacks": _attacks_meta(plan),
-        "models": {model_run.name: model_run.to_dict()},
+        "models": {model_run.name: model_run.to_dict() | plan.model_notes()},
     }

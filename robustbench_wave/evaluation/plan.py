@@ -17,8 +17,9 @@ from enum import Enum
 from typing import Any
 
 import torch
+from torch import nn
 
-from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, Suite, Threat
+from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, EntryFit, Suite, Threat, fit_entry
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
 
@@ -156,16 +157,24 @@ class CrossPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """What will run: the suite's entries with their back-ends and budgets, and what is skipped and why."""
+    """What will run: the suite's entries with their back-ends and budgets, and what is skipped and why.
+
+    ``skipped`` are entries no model of the evaluation runs (a transfer attack without a surrogate; meta.json's
+    ``attacks``); ``not_applicable`` and ``resolved`` are this model's: entries it cannot run, and entries run
+    with a setting chosen for it (:func:`~robustbench_wave.attacks.fit_entry`), both attack name -> why, in
+    the model's ``meta.json`` entry (:meth:`model_notes`).
+    """
 
     suite: Suite
     dataset: Any  # a DatasetInfo, its name or None: picks the suite's eps block
     threat_eps: dict[str, list[float]]  # the grid per threat (the worst case's columns)
     entry_eps: dict[str, Any]  # attack name -> its budgets (ascending)
     backends: dict[str, str]  # attack name -> back-end
-    entries: list[AttackEntry]  # the attacks after clean that run
+    entries: list[AttackEntry]  # the attacks after clean that run (as they run on this model)
     skipped: dict[str, str]  # attack name -> why it does not run
     cross: dict[str, CrossPlan] = field(default_factory=dict)  # attack name -> its cross-check, if any
+    not_applicable: dict[str, str] = field(default_factory=dict)  # attack name -> why this model skips it
+    resolved: dict[str, str] = field(default_factory=dict)  # attack name -> what was chosen for this model
 
     @classmethod
     def make(
@@ -176,10 +185,17 @@ class Plan:
         has_surrogate: bool,
         images: torch.Tensor,
         cross_check: str = CrossCheck.OFF.value,
+        *,
+        model: nn.Module | None = None,
+        model_name: str = "model",
     ) -> Plan:
-        """Resolve ``suite`` for ``dataset``; transfer attacks are skipped (and said so) without a surrogate."""
+        """Resolve ``suite`` for ``dataset`` (and ``model``, when given: :func:`fit_entry`); transfer attacks
+        are skipped without a surrogate. Each entry skipped or resolved is logged once, naming the model."""
         threat_eps = check_budgets(suite, dataset, tuple(images.shape[1:]))
         skipped: dict[str, str] = {}
+        not_applicable: dict[str, str] = {}
+        resolved: dict[str, str] = {}
+        num_classes = getattr(dataset, "num_classes", None)
         entries = []
         for e in suite.attacks[1:]:
             if e.kind == AttackKind.TRANSFER and not has_surrogate:
@@ -189,7 +205,15 @@ class Plan:
                     e.name,
                 )
                 continue
-            entries.append(e)
+            fit = EntryFit(e) if model is None else fit_entry(e, model, images.shape, num_classes)
+            if fit.entry is None:
+                not_applicable[e.name] = str(fit.note)
+                log.warning("skipping %s on %s: %s", e.name, model_name, fit.note)
+                continue
+            if fit.note is not None:
+                resolved[e.name] = fit.note
+                log.warning("%s on %s: %s", e.name, model_name, fit.note)
+            entries.append(fit.entry)
         backends = {e.name: e.resolve_backend(backend) for e in suite.attacks}
         entry_eps = {e.name: suite.entry_eps(e, dataset) for e in suite.attacks}
         cross = {
@@ -197,7 +221,15 @@ class Plan:
             for e in entries
             if (c := CrossPlan.make(e, backends[e.name], entry_eps[e.name], threat_eps, cross_check))
         }
-        return cls(suite, dataset, threat_eps, entry_eps, backends, entries, skipped, cross)
+        return cls(
+            suite, dataset, threat_eps, entry_eps, backends, entries, skipped, cross, not_applicable, resolved
+        )
+
+    def model_notes(self) -> dict[str, Any]:
+        """What the model's ``meta.json`` entry says about this plan: ``{"plan": {"not_applicable": ...,
+        "resolved": ...}}`` with the non-empty ones, {} when every entry runs as written (meta unchanged)."""
+        notes = {k: v for k, v in (("not_applicable", self.not_applicable), ("resolved", self.resolved)) if v}
+        return {"plan": notes} if notes else {}
 
     def chunk_modes(self, entry: AttackEntry, modes: list[str]) -> list[str]:
         """The chunks of an entry: one per gradient mode if it differentiates the target, else one shared."""

@@ -182,9 +182,38 @@ def comparison_markdown(runs: Sequence[RunFolder]) -> str:
         table = formatted_table(seed_summary(summaries))
         note = f"cells: mean ± sd of robust accuracy % over {len(runs)} runs (training seeds)"
     wide = by_column(table, sep=" / ").reset_index()
-    return (
-        markdown_table(wide) + f"\n\n_{note}; attack columns follow the suite's bookkeeping (see meta.json)._"
-    )
+    parts = [
+        markdown_table(wide),
+        f"_{note}; attack columns follow the suite's bookkeeping (see meta.json)._",
+    ]
+    parts += [f"Transfer surrogate: {choice}." for choice in surrogate_choices(runs)]
+    lines = not_as_written(runs)
+    if lines:
+        parts += ["Suite entries not run as written:", "\n".join(lines)]
+    return "\n\n".join(parts)
+
+
+def not_as_written(runs: Sequence[RunFolder]) -> list[str]:
+    """One line per suite entry that did not run as its suite wrote it, from meta.json: skipped for every
+    model (``attacks.*.skipped``), skipped on or resolved for one model (its ``plan``), each once."""
+    lines: list[str] = []
+    for run in runs:
+        for name, entry in (run.meta.get("attacks") or {}).items():
+            if entry.get("skipped"):
+                lines.append(f"- `{name}`: skipped for every model ({entry['skipped']})")
+        for model, m in (run.meta.get("models") or {}).items():
+            plan = m.get("plan") or {}
+            lines += [
+                f"- `{a}` on `{model}`: skipped ({why})" for a, why in plan.get("not_applicable", {}).items()
+            ]
+            lines += [f"- `{a}` on `{model}`: {how}" for a, how in plan.get("resolved", {}).items()]
+    return list(dict.fromkeys(lines))
+
+
+def surrogate_choices(runs: Sequence[RunFolder]) -> list[str]:
+    """How ``--surrogate auto`` chose the transfer surrogate (meta.json, each model's entry), each once."""
+    notes = (m.get("surrogate_choice") for r in runs for m in (r.meta.get("models") or {}).values())
+    return list(dict.fromkeys(n for n in notes if n))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -158,7 +158,7 @@ def test_cli_errors_and_help(tmp_path, capsys, fake_checkpoints: list[str]) -> N
     ):
         assert flag in helptext
     with pytest.raises(SystemExit, match="cannot load model 'patch'"):
-        attack.main(_args(tmp_path))  # default surrogate 'patch' is not trained here
+        attack.main(_args(tmp_path, "--surrogate", "patch"))  # a named surrogate that is not trained here
     with pytest.raises(SystemExit, match="no attack suite"):
         attack.main([*_args(tmp_path, "--surrogate", "none"), "--suite", "nope"])
     with pytest.raises(SystemExit, match="grad-modes"):

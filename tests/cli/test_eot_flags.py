@@ -59,7 +59,7 @@ def test_a_noisy_factory_model_is_attacked_with_eot_end_to_end(tmp_path: Path) -
     (name,) = meta["models"]
     eot = meta["models"][name]["eot"]
     assert eot["stochastic"] and eot["draws"] == 5 and eot["eot_iter"] == EOT_ITER
-    assert set(eot["skipped"]) == {"fab_t"} and meta["attacks"]["fab_t"]["skipped"]
+    assert set(eot["skipped"]) == {"fab_t"} and meta["models"][name]["plan"]["not_applicable"]["fab_t"]
     assert meta["attacks"]["pgd_linf"]["params"]["eot_iter"] == EOT_ITER
     assert {a.split("@")[0] for a in records["attack"]} == {"clean", "pgd_linf", "apgd_ce"}  # + cross-checks
     assert json.loads((run / "config.json").read_text())["eot_draws"] == 5
