@@ -11,7 +11,7 @@ import pytest
 
 from robustbench_wave.defenses import AttackOptions, build_table, run_name, write_table
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, attack_command
-from robustbench_wave.defenses.table import failed_checks, title
+from robustbench_wave.defenses.table import defence_row, failed_checks, title
 from robustbench_wave.defenses.training import weights_path
 from robustbench_wave.evaluation.metrics import wilson_interval
 from robustbench_wave.models.gallery import GALLERY
@@ -161,3 +161,18 @@ def test_the_attack_commands_are_a_users_commands(tmp_path: Path) -> None:
     assert cnn[cnn.index("--surrogate") + 1] == GALLERY["cnn"].reference and "--surrogate-weights" not in cnn
     with pytest.raises(ValueError, match="unknown defences"):
         AttackOptions(tmp_path, defences=("feature_squeezing",))
+
+
+def test_the_exact_column_counts_only_what_the_white_box_attacks_broke_themselves() -> None:
+    """Under skip-broken a white-box attack run after the transfer attack records the transfer's breaks as
+    skipped points (not correct); the exact-gradient column must not inherit them (it read 0.7 here)."""
+    rows = _rows("bd", "exact", "clean", "clean", 0.0, {0})
+    rows += _rows("bd", "exact", "pgd", "white-box", EPS[0], set())
+    rows += _rows("bd", "exact", "transfer", "transfer", EPS[0], {1, 2})
+    after = _rows("bd", "exact", "lowfreq", "white-box", EPS[0], {1, 2})  # skipped, not broken by lowfreq
+    for row in after:
+        row["attacked"] = row["example_id"] not in {1, 2}
+    plain = RunFolder(Path("/runs/bd"), pd.DataFrame(rows + after), {}, [])
+    row = defence_row(plain, plain, "Linf", EPS[0])
+    assert row["exact"] == 0.9  # only clean-wrong example 0 fails: neither white-box attack broke 1 or 2
+    assert row["naive"] == 0.7  # every attack: the transfer's two breaks count
