@@ -86,6 +86,7 @@ def test_the_table_counts_what_each_protocol_broke() -> None:
     low, high = wilson_interval(5, 10)
     assert cnn["adaptive_low"] == pytest.approx(low) and cnn["adaptive_high"] == pytest.approx(high)
     assert list(table["within_undefended"]) == [True, True, False]  # 10% lies below the CNN's [23.7, 76.3]%
+    assert list(table["broken"]) == [True, True, True]  # ... and is no more robust than the CNN: broken
     assert bd["modes_adaptive"] == "bpda+exact" and bd["modes_naive"] == "exact"
 
 
