@@ -517,13 +517,7 @@ def evaluate(
     data = _check_inputs(images, labels, example_ids)
     modes = resolve_grad_modes(model, settings.grad_modes)
     dev = _check_device(model, device)
-    eot = decide(model, data.images, data.labels, settings.eot, settings.seed, dev)
-    suite, eot = eot.apply(suite)
-    plan = Plan.make(
-        suite, settings.dataset, settings.backend, surrogate is not None, data.images, settings.cross_check,
-        model=model, model_name=settings.model_name,
-    )  # fmt: skip
-    plan = _skip(plan, eot.skipped)
+    plan, eot = _plan(model, data, suite, settings, surrogate is not None, dev)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     predictor = Predictor(batch_size, dev, eot.draws, settings.seed if eot.changes_records else None)
@@ -557,6 +551,25 @@ def _result(
     (``save_adversarial``) the points that broke examples."""
     kept = {adversarial.model: adversarial} if adversarial is not None else {}
     return EvaluationResult(rec.concat(clean + [c[0] for c in chunks]), meta, adversarial=kept)
+
+
+def _plan(
+    model: nn.Module,
+    data: Examples,
+    suite: Suite,
+    settings: EvalSettings,
+    has_surrogate: bool,
+    dev: torch.device,
+) -> tuple[Plan, EotPlan]:
+    """What runs on this model: the randomness protocol it needs (EOT for a randomised model), then the suite's
+    entries fitted to it, without those it cannot run under that protocol."""
+    eot = decide(model, data.images, data.labels, settings.eot, settings.seed, dev)
+    suite, eot = eot.apply(suite)
+    plan = Plan.make(
+        suite, settings.dataset, settings.backend, has_surrogate, data.images, settings.cross_check,
+        model=model, model_name=settings.model_name,
+    )  # fmt: skip
+    return _skip(plan, eot.skipped), eot
 
 
 def _skip(plan: Plan, skipped: Mapping[str, str]) -> Plan:

@@ -72,31 +72,35 @@ def finalize_run(
     x, y, ids = align_images(records, images, labels, example_ids)
     eps = diagnostics_eps if diagnostics_eps is not None else reference_eps(records, LINF, FALLBACK_EPS)
     if energy:
-        lowfreq = families_with(Trait.LOW_FREQUENCY)
-        steps = energy_steps or _suite_steps(meta, lowfreq, LINF) or diagnostics_steps
+        steps = (
+            energy_steps or _suite_steps(meta, families_with(Trait.LOW_FREQUENCY), LINF) or diagnostics_steps
+        )
         k = min(energy_n, len(x))
         write_energy(
             run_dir, models, x[:k], y[:k], ids[:k], eps=eps, steps=steps, seed=seed, batch_size=batch_size
         )
-    reports = [
+    checklist = {"n": n_diagnostics, "eps": eps, "steps": diagnostics_steps, "square_queries": square_queries}
+    write_diagnostics(run_dir, _diagnose(models, x, y, records, info, meta, seed=seed, **checklist))
+    return write_report(run_dir, num_classes=int(info.num_classes), baseline=baseline)
+
+
+def _diagnose(
+    models: Mapping[str, nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    records: pd.DataFrame,
+    info: Any,
+    meta: dict[str, Any],
+    **checklist: Any,
+) -> list[Any]:
+    """The gradient-masking checklist of every model on its own records (``checklist``: run_diagnostics'
+    n, eps, steps, square_queries and seed)."""
+    return [
         run_diagnostics(
-            model,
-            x,
-            y,
-            records[records["model"] == name],
-            info=info,
-            model_name=name,
-            n=n_diagnostics,
-            eps=eps,
-            steps=diagnostics_steps,
-            square_queries=square_queries,
-            seed=seed,
-            meta=meta,
+            model, x, y, records[records["model"] == name], info=info, model_name=name, meta=meta, **checklist
         )
         for name, model in models.items()
     ]
-    write_diagnostics(run_dir, reports)
-    return write_report(run_dir, num_classes=int(info.num_classes), baseline=baseline)
 
 
 def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_dir: Path) -> None:
