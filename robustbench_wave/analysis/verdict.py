@@ -15,9 +15,9 @@ discordant pairs and Newcombe's interval of the difference, seeds pooled with th
 are :mod:`robustbench_wave.reporting.verdict_text`'s, which renders a judgement and decides nothing. No
 verdict is given on a model not worth attacking (clean accuracy under :func:`clean_floor`) or when the
 comparison cannot decide (neither significant nor equivalent within :data:`EQUIVALENCE_MARGIN`): the
-category is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's role follows its measurements: models
-evaluated under several gradient modes (a fixed front-end) are the candidates, models evaluated only with
-exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+category is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
+role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
+candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
 
 from __future__ import annotations
