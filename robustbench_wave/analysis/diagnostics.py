@@ -6,8 +6,10 @@ al. 2019; Athalye et al. 2018; Croce & Hein 2020) and collects the results in a 
 records; where those cannot decide (``skip_broken`` hid a comparison) they fall back to records of a small
 generated suite (:func:`diagnostics_suite`: sign noise, FGSM, PGD and Square at the reference budget) that
 the ordinary evaluation (:func:`robustbench_wave.evaluation.evaluate`) runs on a subset with
-``skip_broken=False`` -- the same attacks, budget audit and record schema as the benchmark. Model checks run
-on the same subset, per gradient mode.
+``skip_broken=False`` -- the same attacks, budget audit and record schema as the benchmark -- and, for the
+budget-monotonicity check, to the subset's PGD at :data:`SWEEP_FACTORS` x the reference budget
+(:func:`sweep_suite`, again without skip-broken: skip-broken records cannot show accuracy rising with eps).
+Model checks run on the same subset, per gradient mode.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 FALLBACK_EPS = 0.1  # reference Linf budget when the records hold none
 LINF = Threat.LINF.value  # the subset attacks' threat model
 PGD_REL_STEP = 2.5  # step size x steps / eps of the subset PGD (as the convergence sweeps)
+SWEEP_FACTORS = (0.5, 1.0, 2.0)  # the budget sweep's budgets, as multiples of the reference budget (<= 1)
 
 
 @dataclass
@@ -136,33 +139,59 @@ def diagnostics_suite(eps: float | Sequence[float], *, steps: int = 10, square_q
     """The subset's suite: sign noise, FGSM, PGD (``steps``, one start) and, if ``square_queries`` > 0,
     Square, at the Linf budget(s) ``eps`` -- every family a record check compares, each at suite defaults."""
     grid = [float(eps)] if isinstance(eps, int | float) else [float(e) for e in eps]
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1 (got {steps})")
     attacks: list[dict[str, Any]] = [
         {"name": "clean", "family": "clean"},
         {"name": "noise_sign", "family": "noise", "distribution": "sign", "threat": LINF},
         {"name": "fgsm_linf", "family": "fgsm", "threat": LINF},
-        {
-            "name": "pgd_linf",
-            "family": "pgd",
-            "threat": LINF,
-            "steps": steps,
-            "rel_step_size": PGD_REL_STEP / steps,
-            "restarts": 1,
-        },
+        _pgd_entry(steps),
     ]
     if square_queries > 0:
         attacks.append(
             {"name": "square_linf", "family": "square", "threat": LINF, "n_queries": square_queries}
         )
+    return _suite(
+        "diagnostics",
+        "every attack a record check compares, on the diagnostics subset",
+        grid,
+        attacks,
+        "diagnostics_suite",
+    )
+
+
+def sweep_suite(eps: float, *, steps: int = 10, factors: Sequence[float] = SWEEP_FACTORS) -> Suite:
+    """The budget sweep: the subset's PGD (:func:`diagnostics_suite`'s entry) at ``factors`` x ``eps``
+    (capped at 1), the evidence ``eps_monotone`` reads when skip-broken records cannot show a rise."""
+    grid = sorted({min(1.0, float(f) * float(eps)) for f in factors})
+    attacks = [{"name": "clean", "family": "clean"}, _pgd_entry(steps)]
+    return _suite(
+        "diagnostics-sweep",
+        "the subset's PGD at several budgets, every point at every budget",
+        grid,
+        attacks,
+        "sweep_suite",
+    )
+
+
+def _pgd_entry(steps: int) -> dict[str, Any]:
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1 (got {steps})")
+    return {
+        "name": "pgd_linf",
+        "family": "pgd",
+        "threat": LINF,
+        "steps": steps,
+        "rel_step_size": PGD_REL_STEP / steps,
+        "restarts": 1,
+    }
+
+
+def _suite(
+    name: str, description: str, grid: Sequence[float], attacks: list[dict[str, Any]], builder: str
+) -> Suite:
+    """A Linf suite of ``attacks`` at ``grid``, its source the function that built it."""
     return parse_suite(
-        {
-            "name": "diagnostics",
-            "description": "every attack a record check compares, on the diagnostics subset",
-            "eps": {"default": {LINF: grid}},
-            "attack": attacks,
-        },
-        source="robustbench_wave.analysis.diagnostics.diagnostics_suite",
+        {"name": name, "description": description, "eps": {"default": {LINF: list(grid)}}, "attack": attacks},
+        source=f"robustbench_wave.analysis.diagnostics.{builder}",
     )
 
 
@@ -262,9 +291,21 @@ def run_diagnostics(
     run_settings = (meta or {}).get("settings") or {}
     eot = EotSettings(**{name: run_settings[key] for key, name in EOT_KEYS.items() if key in run_settings})
     subset = _evaluate_subset(model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name, eot)
+    sweep = _evaluate_subset(
+        model, x_all[idx], y_all[idx], idx, sweep_suite(eps, steps=steps), info, modes, seed, model_name, eot
+    )
     dev = model_device(model)
     inputs = CheckInputs(
-        records, subset, model, x_all[idx].to(dev), y_all[idx].to(dev), num_classes, eps, steps, seed
+        records=records,
+        subset_records=subset,
+        sweep_records=sweep,
+        model=model,
+        x=x_all[idx].to(dev),
+        y=y_all[idx].to(dev),
+        num_classes=num_classes,
+        eps=eps,
+        steps=steps,
+        seed=seed,
     )
     results = [c.run(inputs, None) for c in checks if not c.per_mode]
     results += [c.run(inputs, mode) for mode in modes for c in checks if c.per_mode]

@@ -9,21 +9,22 @@ same way (Carlini et al. 2019).
 Everything here is computed from per-example records in two layers: :func:`claim_numbers` (accuracies
 from :mod:`robustbench_wave.evaluation.metrics`) and :func:`categorize` (a category from those numbers and
 the paired comparison of candidate and baseline on the same examples: the exact McNemar test on the
-discordant pairs and Newcombe's interval of the difference, :func:`metrics.paired_comparison`);
+discordant pairs and Newcombe's interval of the difference, seeds pooled with the image as the unit,
+:func:`metrics.paired_over_seeds`);
 :func:`judge` gathers them, with the energy and diagnostics findings, into a :class:`Judgement`. The words
 are :mod:`robustbench_wave.reporting.verdict_text`'s, which renders a judgement and decides nothing. No
 verdict is given on a model not worth attacking (clean accuracy under :func:`clean_floor`) or when the
-comparison cannot decide (:data:`MAX_DIFF_CI_WIDTH`): the category is then :data:`INCONCLUSIVE`, with the
-reason. Model *names* are only labels in the text. A model's role follows its measurements: models
-evaluated under several gradient modes (a fixed front-end) are the candidates, models evaluated only with
-exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+comparison cannot decide (neither significant nor equivalent within :data:`EQUIVALENCE_MARGIN`): the
+category is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
+role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
+candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +36,12 @@ from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
-    paired_comparison,
-    paired_table,
+    paired_over_seeds,
     reference_eps,
     robust_accuracy,
     robust_flags,
     seed_spread,
+    shared_status,
     threat_eps,
 )
 from robustbench_wave.models.frontend import GradMode
@@ -66,14 +67,18 @@ way is far above chance (4x chance's distance for 10 classes) yet below what the
 data set it was tuned for, so only a model that failed to train is refused.
 """
 
-MAX_DIFF_CI_WIDTH = 0.20
-"""Widest 95% interval of the paired difference (candidate minus baseline worst-case accuracy) that still
-decides "no more robust than the baseline".
+EQUIVALENCE_MARGIN = 0.10
+"""The margin of the equivalence test that decides "no more robust than the baseline" (and every "not
+supported" of a paired comparison in :mod:`.claims`): 10 points of worst-case accuracy.
 
-A non-significant McNemar test says the data do not show a difference, not that there is none. Only when
-the interval is narrow (at most 20 points wide, i.e. it rules out an advantage of about 10 points or more
-around the estimate) does "not supported" follow; a wider one is inconclusive at this scale: attack more
-examples. A significant test decides whatever the width (the sign is then known).
+A non-significant test says the data do not show a difference, not that there is none. "Not supported"
+needs positive evidence of no worthwhile difference: two one-sided tests (TOST, Schuirmann 1987) at
+``alpha`` each that the paired difference lies inside (-10, +10) points, i.e. the 90% interval inside the
+margin (:meth:`metrics.PairedComparison.equivalence`). 10 points because the claim under test is a large
+effect ("naturally resistant"): an advantage under 10 points of worst-case accuracy is within the seed-to-seed
+spread of these small models' accuracies and is no resistance a reader would act on. An interval such as
+[-1, +19] is then inconclusive (attack more examples), not "not supported"; a significant test decides
+whatever the interval (the sign is then known).
 """
 
 
@@ -97,7 +102,14 @@ _COLUMNS = (
     "lowfreq_alone",
     "noise",
     "worst_case",
+    "cumulative",
 )
+#: Columns of :func:`claim_numbers` that may count breaks of the attacks run before them (skip-broken).
+SHARED_COLUMNS = {
+    "gradient_free": AttackKind.BLACK_BOX.value,
+    "transfer": AttackKind.TRANSFER.value,
+    "noise": AttackKind.NOISE.value,
+}
 
 
 @dataclass(frozen=True)
@@ -107,9 +119,9 @@ class VerdictSettings:
     gap_tol: float = 0.10  # blocked minus worst case: robustness that only blocked gradients show
     chance_margin: float = 0.05  # "at chance" = within this of 1/num_classes
     energy_gap: float = 0.10  # noise minus adversarial energy removed: the mechanism filters noise only
-    alpha: float = 0.05  # level of the two-sided exact McNemar test of candidate vs baseline
+    alpha: float = 0.05  # level of the two-sided exact test of candidate vs baseline, and of each TOST side
     clean_floor_share: float = CLEAN_FLOOR_SHARE  # see CLEAN_FLOOR_SHARE
-    max_ci_width: float = MAX_DIFF_CI_WIDTH  # see MAX_DIFF_CI_WIDTH
+    equivalence_margin: float = EQUIVALENCE_MARGIN  # see EQUIVALENCE_MARGIN
 
 
 def clean_floor(num_classes: int, share: float = CLEAN_FLOOR_SHARE) -> float:
@@ -227,6 +239,23 @@ def _model_numbers(rows: pd.DataFrame, threat: str, eps: float) -> dict[str, Any
     else:
         out["lowfreq_alone"] = None
     out["worst_case"] = _acc(rows, threat, eps)
+    out["cumulative"] = ",".join(_cumulative(rows, clean, threat, eps))
+    return out
+
+
+def _cumulative(rows: pd.DataFrame, clean: pd.Series, threat: str, eps: float) -> list[str]:
+    """The :data:`SHARED_COLUMNS` whose accuracy includes points an earlier attack broke: a clean-correct
+    point their rows skipped (``skip_broken``) without breaking it themselves, so the number is the worst
+    case of the attacks up to that one, not that attack's own."""
+    correct = clean.index[clean.to_numpy()]
+    out = []
+    for col, kind in SHARED_COLUMNS.items():
+        sub = rows[(rows["kind"] == kind) & (rows["threat"] == threat)]
+        if sub.empty:
+            continue
+        status = shared_status(sub, threat, eps).reindex(correct)
+        if status.isna().any():
+            out.append(col)
     return out
 
 
@@ -250,23 +279,33 @@ def claim_numbers(
     return pd.DataFrame(rows_out, columns=list(_COLUMNS))
 
 
+FlagPair = tuple[pd.Series, pd.Series]
+
+
+def worst_case_pair(records: pd.DataFrame, cand: str, base: str, threat: str, eps: float) -> FlagPair:
+    """One seed's candidate and baseline per-example worst case (:func:`metrics.robust_flags`)."""
+    a, b = (robust_flags(records[records["model"] == m], threat, eps) for m in (cand, base))
+    return a, b
+
+
 def paired_worst_case(
-    records: pd.DataFrame, cand: str, base: str, threat: str, eps: float
+    records: pd.DataFrame | Sequence[pd.DataFrame], cand: str, base: str, threat: str, eps: float
 ) -> PairedComparison | None:
-    """Candidate vs baseline per-example worst case (:func:`metrics.robust_flags`) on the examples both were
-    attacked on; None when they share none."""
-    flags = [robust_flags(records[records["model"] == m], threat, eps) for m in (cand, base)]
-    try:
-        return paired_comparison(*flags)
-    except ValueError:
-        return None
+    """Candidate vs baseline per-example worst case on the images every run attacked both on, seeds
+    pooled with the image as the unit (:func:`metrics.paired_over_seeds`); None when they share none."""
+    runs = [records] if isinstance(records, pd.DataFrame) else list(records)
+    return pooled([worst_case_pair(r, cand, base, threat, eps) for r in runs])
 
 
-def _pooled(pairs: Sequence[PairedComparison | None]) -> PairedComparison | None:
-    """One table from several seeds' tables (their counts added); None if any seed has none."""
+def pooled(pairs: Sequence[FlagPair | None]) -> PairedComparison | None:
+    """:func:`metrics.paired_over_seeds` of the seeds' flag pairs; None when a seed has none or the seeds
+    share no image."""
     if not pairs or any(p is None for p in pairs):
         return None
-    return paired_table(*(sum(getattr(p, k) for p in pairs) for k in ("both", "only_a", "only_b", "neither")))
+    try:
+        return paired_over_seeds([p for p in pairs if p is not None])
+    except ValueError:
+        return None
 
 
 def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
@@ -301,18 +340,29 @@ def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float)
 
 
 def _compare(out: dict[str, Any], paired: PairedComparison, settings: VerdictSettings) -> bool:
-    """Record the paired comparison in ``out``; True when it decides (significant, or a narrow interval)."""
+    """Record the paired comparison in ``out``; True when it decides (significant, or equivalent within the
+    margin by two one-sided tests)."""
+    eq = paired.equivalence(settings.equivalence_margin, settings.alpha)
     out.update(
         diff=paired.diff,
         diff_ci=[paired.ci_low, paired.ci_high],
         p_value=paired.p_value,
         n_paired=paired.n,
+        n_seeds=paired.n_seeds,
+        unit=paired.unit,
         discordant={"only_candidate": paired.only_a, "only_baseline": paired.only_b},
+        equivalence={
+            "margin": eq.margin,
+            "p_value": eq.p_value,
+            "ci": [eq.ci_low, eq.ci_high],
+            "level": 1 - 2 * eq.alpha,
+            "equivalent": eq.equivalent,
+        },
     )
     significant = paired.p_value < settings.alpha
     out["above_baseline"] = bool(significant and paired.diff > 0)
     out["below_baseline"] = bool(significant and paired.diff < 0)
-    return significant or paired.ci_width <= settings.max_ci_width
+    return significant or eq.equivalent
 
 
 def categorize(
@@ -330,7 +380,7 @@ def categorize(
     ``above_baseline`` / ``below_baseline`` = the two-sided exact McNemar test significant at ``alpha``.
     :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when either model's clean accuracy is under
     :func:`clean_floor`, when there is no paired comparison, or when an unmasked candidate's comparison is
-    neither significant nor narrow (interval wider than ``max_ci_width``). Masking is a finding about the
+    neither significant nor equivalent (TOST within ``equivalence_margin``). Masking is a finding about the
     candidate alone and stands; an undecided comparison is then noted as ``comparison = "inconclusive"``.
     """
     worst = as_float(cand["worst_case"])
@@ -368,17 +418,20 @@ def categorize(
 
 
 def _undecided(base: str, paired: PairedComparison, settings: VerdictSettings) -> str:
-    """Why a comparison that is neither significant nor narrow decides nothing."""
-    width = number(settings.max_ci_width, scale=100.0, digits=0, unit=" points")
+    """Why a comparison that is neither significant nor equivalent decides nothing."""
+    margin = number(settings.equivalence_margin, scale=100.0, digits=0, unit=" points")
+    eq = paired.equivalence(settings.equivalence_margin, settings.alpha)
     return (
         f"the paired difference to {base} is {points(paired.diff)} with 95% interval "
-        f"{interval(paired.ci_low, paired.ci_high)}, wider than {width}, and the exact McNemar test is not "
-        f"significant (p = {paired.p_value:.2g}, {paired.n} examples): attack more examples"
+        f"{interval(paired.ci_low, paired.ci_high)} ({paired.unit}): the exact test is not significant "
+        f"(p = {paired.p_value:.2g}) and the equivalence test does not place it within ±{margin} "
+        f"({100 * (1 - 2 * eq.alpha):.0f}% interval {interval(eq.ci_low, eq.ci_high)}, TOST p = "
+        f"{eq.p_value:.2g}): attack more examples"
     )
 
 
 def _seed_majority(
-    per_seed: Sequence[tuple[pd.DataFrame, PairedComparison | None]],
+    per_seed: Sequence[tuple[pd.DataFrame, FlagPair | None]],
     cand: str,
     base: str | None,
     chance: float,
@@ -392,7 +445,8 @@ def _seed_majority(
         if c_row.empty or (b_row is not None and b_row.empty):
             continue
         b = {"model": base, **b_row.iloc[0].to_dict()} if b_row is not None else None
-        cat = categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=paired)
+        one = pooled([paired])
+        cat = categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=one)
         cats.append(cat["category"])
     if len(cats) < 2:
         return None
@@ -419,6 +473,7 @@ def _judge_threat(
     baseline: Sequence[str] | str | None,
     chance: float,
     settings: VerdictSettings,
+    self_transfer: Collection[str] = (),
 ) -> _ThreatJudgement | None:
     """Numbers and categories of every candidate at one threat's budget (None: not evaluated)."""
     eps = eps or reference_eps(runs[0], threat)
@@ -436,12 +491,13 @@ def _judge_threat(
     for cand_name in candidates:
         cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
         pairs = [
-            paired_worst_case(r, cand_name, base_name, threat, eps) if base_name else None for _, r in seeded
+            worst_case_pair(r, cand_name, base_name, threat, eps) if base_name else None for _, r in seeded
         ]
         facts = _judge_candidate(cand, base, pairs, seeded, chance, settings)
         spread = _spread(out.numbers, cand_name, base_name) if len(seeded) > 1 else None
         grid = grid_numbers(runs, cand_name, base_name, threat, settings)
         facts["masking_eps"] = grid.masking_eps if grid else []
+        facts["self_transfer"] = cand_name in self_transfer  # its transfer rows are white-box restarts
         judged = CandidateJudgement(f"{cand_name}@{threat}", cand, base, facts, spread, len(seeded), grid)
         out.candidates.append(judged)
     return out
@@ -450,16 +506,16 @@ def _judge_threat(
 def _judge_candidate(
     cand: Mapping[str, Any],
     base: Mapping[str, Any] | None,
-    pairs: Sequence[PairedComparison | None],
+    pairs: Sequence[FlagPair | None],
     seeded: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
     chance: float,
     settings: VerdictSettings,
 ) -> dict[str, Any]:
-    """One candidate's category: on the seeds' numbers pooled (one paired table of all seeds' examples),
-    then, with two or more seeds, the category most seeds agree on, and the spread of the per-seed paired
-    differences (mean ± sd)."""
+    """One candidate's category: on the seeds pooled with the image as the unit (:func:`pooled`: every
+    seed attacked the same images), then, with two or more seeds, the category most seeds agree on, and
+    the spread of the per-seed paired differences (mean ± sd)."""
     base_name = base["model"] if base else None
-    cat = categorize(cand, base, chance=chance, settings=settings, paired=_pooled(pairs))
+    cat = categorize(cand, base, chance=chance, settings=settings, paired=pooled(pairs))
     per_seed = [(p, pair) for (p, _), pair in zip(seeded, pairs)]
     majority = _seed_majority(per_seed, str(cand["model"]), base_name, chance, settings)
     if majority is None:
@@ -468,7 +524,8 @@ def _judge_candidate(
     cat["seed_agreement"] = f"{agree}/{judged} seeds"
     if cat["category"] == INCONCLUSIVE and "inconclusive_reason" not in cat:
         cat["inconclusive_reason"] = f"{agree} of {judged} training seeds are inconclusive on their own"
-    diffs = seed_spread([p.diff for p in pairs if p is not None])
+    one_seed = [pooled([p]) for p in pairs]
+    diffs = seed_spread([p.diff for p in one_seed if p is not None])
     if diffs.n_seeds > 1:
         cat["seed_diff_mean"], cat["seed_diff_sd"] = diffs.mean, diffs.sd
     return cat
@@ -511,6 +568,7 @@ def judge(
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
+    self_transfer: Collection[str] = (),
 ) -> Judgement:
     """The judgement at each threat's reference eps.  ``records`` may be a list (one frame per training
     seed): numbers then combine into mean ± standard deviation and the category is the one most seeds
@@ -518,7 +576,9 @@ def judge(
 
     ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``energy.describe_energy``);
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
-    checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated).
+    checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated);
+    ``self_transfer``: models whose transfer attacks were crafted on themselves (``checks.compare.
+    self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts.
     """
     settings = settings or VerdictSettings()
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
@@ -526,7 +586,9 @@ def judge(
         raise ValueError("no records to judge")
     seeds = list(seeds) if seeds is not None else list(range(len(runs)))
     judged = [
-        _judge_threat(runs, seeds, t, (eps or {}).get(t), baseline, 1.0 / num_classes, settings)
+        _judge_threat(
+            runs, seeds, t, (eps or {}).get(t), baseline, 1.0 / num_classes, settings, self_transfer
+        )
         for t in threats
     ]
     parts = [j for j in judged if j is not None]
@@ -538,6 +600,7 @@ def judge(
         if parts
         else pd.DataFrame(columns=list(_COLUMNS))
     )
+    numbers["self_transfer"] = numbers["model"].isin(set(self_transfer))
     out = Judgement(
         numbers=numbers,
         candidates=[c for j in parts for c in j.candidates],
@@ -578,14 +641,14 @@ def grid_numbers(
 
 def _combine(allnum: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per model (index model); n is the smallest per-seed n."""
-    numeric = [
-        c for c in _COLUMNS if c not in ("model", "seed", "threat", "eps", "modes", "n", "lowfreq_alone")
-    ]
+    text = ("model", "seed", "threat", "eps", "modes", "n", "lowfreq_alone", "cumulative")
+    numeric = [c for c in _COLUMNS if c not in text]
     grouped = allnum.groupby("model", sort=False)
     mean = grouped[numeric].agg(lambda s: pd.to_numeric(s, errors="coerce").mean())
     mean["n"] = grouped["n"].min()
     for col in ("modes", "lowfreq_alone", "threat", "eps"):
         mean[col] = grouped[col].first()
+    mean["cumulative"] = grouped["cumulative"].agg(_union)
     return mean
 
 
@@ -604,3 +667,8 @@ def _spread(allnum: pd.DataFrame, cand: str, base: str | None) -> dict[str, Any]
     if base is not None:
         out["base_worst_case"] = sd(base, "worst_case")
     return out
+
+
+def _union(values: pd.Series) -> str:
+    """The comma-separated names of any seed (each once, in order)."""
+    return ",".join(dict.fromkeys(c for v in values for c in str(v).split(",") if c))

@@ -14,10 +14,13 @@
   axis (common corruptions, Hendrycks & Dietterich 2019): accuracy per corruption and severity, corruption
   errors relative to a baseline model (CE, mCE, relative mCE); :func:`worst_case_rows` keeps these rows out
   of every worst case.
-* :func:`paired_comparison` -- two sets of per-example flags on the same examples (two models, or two attack
-  groups): the discordant pairs, the exact McNemar test on them (:func:`mcnemar_exact`), the difference with
-  Newcombe's paired interval (:func:`paired_difference_interval`); :func:`seed_spread` is the spread of such
-  differences over training seeds.
+* :func:`paired_over_seeds` -- the one paired comparison of two sets of per-example flags on the same images
+  (two models, two modes, or two attack groups), one pair of flag sets per training seed, with the image as
+  the unit (every seed attacks the same first N images): the exact sign-flip test stratified by image
+  (:func:`sign_flip_p`; one seed: the exact McNemar test, :func:`mcnemar_exact`), Newcombe's paired interval
+  on the seed-averaged table (:func:`paired_difference_interval`) and the equivalence test (TOST,
+  :meth:`PairedComparison.equivalence`); :func:`paired_comparison` is its one-seed case and
+  :func:`seed_spread` the spread of per-seed differences.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -359,6 +363,11 @@ def paired_difference_interval(
     0 when a margin is empty). NaN for n = 0.
     """
     _check_counts(both=both, only_a=only_a, only_b=only_b, neither=neither)
+    return _newcombe(both, only_a, only_b, neither, z)
+
+
+def _newcombe(both: float, only_a: float, only_b: float, neither: float, z: float) -> tuple[float, float]:
+    """:func:`paired_difference_interval` on counts that may be fractional (a seed-averaged table)."""
     n = both + only_a + only_b + neither
     if n == 0:
         return (math.nan, math.nan)
@@ -380,12 +389,32 @@ def paired_difference_interval(
     return (max(-1.0, diff - math.sqrt(max(lo_sq, 0.0))), min(1.0, diff + math.sqrt(max(hi_sq, 0.0))))
 
 
+UNIT = "image"
+"""The unit of every paired test and interval: the image. Every training seed attacks the same first N
+images, so seeds pooled are repeated measurements of one image, not new images (:func:`paired_over_seeds`)."""
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided tests (TOST, Schuirmann 1987) that |p_A - p_B| < ``margin``: equivalent when the
+    (1 - 2 alpha) interval lies inside (-margin, +margin); ``p_value`` is the larger one-sided p-value."""
+
+    margin: float
+    alpha: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    equivalent: bool
+
+
 @dataclass(frozen=True)
 class PairedComparison:
-    """Two binary outcomes on the same examples (e.g. robust under model A / model B): the 2x2 table, the
-    difference of the two proportions with its 95% interval and the exact two-sided McNemar p-value."""
+    """Two binary outcomes on the same images (e.g. robust under model A / model B), over ``n_seeds``
+    training seeds that each attacked the same ``n`` images: the 2x2 table of (image, seed) pairs, the
+    difference of the two proportions with its 95% interval and the two-sided exact p-value, both with
+    the image as the unit (:func:`paired_over_seeds`; one seed: Newcombe's interval and exact McNemar)."""
 
-    n: int
+    n: int  # images, the unit
     both: int
     only_a: int
     only_b: int
@@ -393,48 +422,157 @@ class PairedComparison:
     ci_low: float
     ci_high: float
     p_value: float
+    n_seeds: int = 1
+
+    @property
+    def n_pairs(self) -> int:
+        """(image, seed) pairs: what the four counts add up to."""
+        return self.n * self.n_seeds
 
     @property
     def acc_a(self) -> float:
-        return (self.both + self.only_a) / self.n if self.n else math.nan
+        return (self.both + self.only_a) / self.n_pairs if self.n else math.nan
 
     @property
     def acc_b(self) -> float:
-        return (self.both + self.only_b) / self.n if self.n else math.nan
+        return (self.both + self.only_b) / self.n_pairs if self.n else math.nan
 
     @property
     def diff(self) -> float:
-        """p_A - p_B = (only_a - only_b) / n: only the discordant pairs move it."""
-        return (self.only_a - self.only_b) / self.n if self.n else math.nan
+        """p_A - p_B = (only_a - only_b) / pairs: only the discordant pairs move it."""
+        return (self.only_a - self.only_b) / self.n_pairs if self.n else math.nan
 
     @property
     def ci_width(self) -> float:
         return self.ci_high - self.ci_low
 
+    @property
+    def unit(self) -> str:
+        """What the tests count: "200 images" or "200 images x 3 seeds"."""
+        seeds = f" × {self.n_seeds} seeds" if self.n_seeds > 1 else ""
+        return f"{self.n} {UNIT}{'s' if self.n != 1 else ''}{seeds}"
+
+    def interval(self, z: float = Z95) -> tuple[float, float]:
+        """Newcombe's interval at ``z`` on the seed-averaged table with ``n`` images (each image once)."""
+        return _newcombe(*_per_image(self.both, self.only_a, self.only_b, self.neither, self.n_seeds), z)
+
+    def equivalence(self, margin: float, alpha: float = 0.05) -> Equivalence:
+        """TOST of |diff| < ``margin`` at level ``alpha`` by inverting :meth:`interval` (one-sided z)."""
+        if not 0 < margin < 1 or not 0 < alpha < 0.5:
+            raise ValueError(f"need 0 < margin < 1 and 0 < alpha < 0.5, got {margin}, {alpha}")
+        lo, hi = self.interval(_NORMAL.inv_cdf(1 - alpha))
+        p = max(self._one_sided_p(-margin, lower=True), self._one_sided_p(margin, lower=False))
+        inside = not math.isnan(lo) and -margin < lo and hi < margin
+        return Equivalence(margin, alpha, lo, hi, p, inside)
+
+    def _one_sided_p(self, bound: float, *, lower: bool) -> float:
+        """p-value of H0: diff <= bound (``lower``) or diff >= bound: the level at which the interval's
+        side reaches ``bound`` (bisection on z; the side moves monotonically with z)."""
+        if math.isnan(self.diff) or (self.diff <= bound if lower else self.diff >= bound):
+            return 1.0
+
+        def beyond(z: float) -> bool:  # the interval's side at z still excludes the bound
+            lo, hi = self.interval(z)
+            return lo > bound if lower else hi < bound
+
+        z_lo, z_hi = 0.0, 40.0
+        if beyond(z_hi):
+            return 0.0
+        for _ in range(80):
+            mid = (z_lo + z_hi) / 2
+            z_lo, z_hi = (mid, z_hi) if beyond(mid) else (z_lo, mid)
+        return 1 - _NORMAL.cdf(z_lo)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "acc_a": self.acc_a, "acc_b": self.acc_b, "diff": self.diff}
+        return {**asdict(self), "acc_a": self.acc_a, "acc_b": self.acc_b, "diff": self.diff, "unit": UNIT}
+
+
+_NORMAL = NormalDist()
+
+
+def _per_image(both: int, only_a: int, only_b: int, neither: int, n_seeds: int) -> list[float]:
+    """The table of (image, seed) pairs averaged over seeds: counts of images (fractional where the seeds
+    disagree; integers, exactly, where the total is a multiple of the seeds, e.g. one seed)."""
+    return [t // n_seeds if t % n_seeds == 0 else t / n_seeds for t in (both, only_a, only_b, neither)]
 
 
 def paired_table(both: int, only_a: int, only_b: int, neither: int, z: float = Z95) -> PairedComparison:
-    """:class:`PairedComparison` of a 2x2 table of counts."""
+    """:class:`PairedComparison` of one seed's 2x2 table of counts (one pair per image)."""
     lo, hi = paired_difference_interval(both, only_a, only_b, neither, z)
     n = both + only_a + only_b + neither
     return PairedComparison(n, both, only_a, only_b, neither, lo, hi, mcnemar_exact(only_a, only_b))
 
 
 def paired_comparison(flags_a: pd.Series, flags_b: pd.Series, z: float = Z95) -> PairedComparison:
-    """Compare two boolean per-example outcomes (index: example_id) on the examples both hold.
+    """Compare two boolean per-example outcomes (index: example_id) on the examples both hold: one seed of
+    :func:`paired_over_seeds`.
 
     Raises ValueError when they share no example: an unpaired comparison is not this test.
     """
-    common = flags_a.index.intersection(flags_b.index)
+    return paired_over_seeds([(flags_a, flags_b)], z)
+
+
+def paired_over_seeds(pairs: Sequence[tuple[pd.Series, pd.Series]], z: float = Z95) -> PairedComparison:
+    """The one paired comparison of outcomes A and B (per-example flags, index example_id), one (A, B)
+    pair of flags per training seed, on the images every seed holds, with the image as the unit.
+
+    Every seed attacks the same first N images, so seeds are nested in images: the p-value is the exact
+    sign-flip (permutation) test stratified by image (:func:`sign_flip_p`: under H0, A and B swap for all
+    seeds of an image at once), and the interval is Newcombe's on the seed-averaged table with N images
+    (each image counts once, whatever the number of seeds: never narrower than the data allow). One seed,
+    or the same seed given several times, gives exactly Newcombe's interval and the exact McNemar test.
+    """
+    if not pairs:
+        raise ValueError("no seeds to compare: pass one (flags_a, flags_b) pair per training seed")
+    common = pairs[0][0].index
+    for a, b in pairs:
+        common = common.intersection(a.index).intersection(b.index)
     if len(common) == 0:
         raise ValueError(
-            "the two sets of flags share no example_id: pair two models attacked on the same examples"
+            "the flags share no example_id: pair two models (or modes) attacked on the same examples"
         )
-    a = flags_a.reindex(common).astype(bool).to_numpy()
-    b = flags_b.reindex(common).astype(bool).to_numpy()
-    return paired_table(int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum()), z)
+    a = np.stack([fa.reindex(common).astype(bool).to_numpy() for fa, _ in pairs])
+    b = np.stack([fb.reindex(common).astype(bool).to_numpy() for _, fb in pairs])
+    both, only_a = int((a & b).sum()), int((a & ~b).sum())
+    only_b, neither = int((~a & b).sum()), int((~a & ~b).sum())
+    lo, hi = _newcombe(*_per_image(both, only_a, only_b, neither, len(pairs)), z)
+    per_image = a.astype(np.int64).sum(0) - b.astype(np.int64).sum(0)
+    return PairedComparison(
+        len(common), both, only_a, only_b, neither, lo, hi, sign_flip_p(per_image), len(pairs)
+    )
+
+
+def sign_flip_p(diffs: Sequence[int] | np.ndarray) -> float:
+    """Two-sided exact p-value of the sign-flip test on per-image integer differences (A's minus B's count
+    over the seeds): P(|sum of +-|d_i|| >= |sum d_i|) with independent fair signs.
+
+    When every non-zero |d_i| is the same (one seed, or identical seeds) this is the exact McNemar test
+    (:func:`mcnemar_exact`, integer arithmetic); otherwise the distribution of the signed sum is the
+    convolution of one binomial per magnitude (float64; its rounding is far below any level used).
+    """
+    d = np.asarray(diffs, dtype=np.int64)
+    d = d[d != 0]
+    if d.size == 0:
+        return 1.0
+    mags, counts = np.unique(np.abs(d), return_counts=True)
+    if len(mags) == 1:
+        return mcnemar_exact(int((d > 0).sum()), int((d < 0).sum()))
+    pmf = np.ones(1)
+    for k, n_k in zip(mags.tolist(), counts.tolist()):
+        step = np.zeros(k * n_k + 1)
+        step[::k] = _binomial_half_pmf(n_k)
+        pmf = np.convolve(pmf, step)
+    total = int((mags * counts).sum())  # signed sum = 2 u - total, u = sum of the positive magnitudes
+    observed = abs(int(d.sum()))
+    extreme = np.abs(2 * np.arange(len(pmf)) - total) >= observed
+    return float(min(1.0, pmf[extreme].sum()))
+
+
+def _binomial_half_pmf(n: int) -> np.ndarray:
+    """P(X = j), j = 0..n, X ~ Binomial(n, 1/2), through log-gamma (no overflow for any n)."""
+    j = np.arange(n + 1)
+    log_c = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in j])
+    return np.exp(log_c - n * math.log(2))
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,12 @@ import pandas as pd
 from robustbench_wave.analysis import claims as cl
 from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.analysis import verdict as vd
+from robustbench_wave.data import DatasetInfo
 from robustbench_wave.io import atomic_write_text
-from robustbench_wave.reporting.markdown import diagnostics_failures
+from robustbench_wave.models.frontend import grad_switches
+from robustbench_wave.models.tokenpool import TokenPooling
+from robustbench_wave.models.vit import build_model
+from robustbench_wave.reporting.markdown import diagnostics_failures, self_transfer
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
@@ -99,7 +103,8 @@ def rule_values() -> dict[str, Any]:
         "rank_rho": cl.RANK_RHO,
         "ratio_tol": cl.RATIO_TOL,
         "min_budgets": cl.MIN_BUDGETS,
-        "max_ci_width": fmt.number(vd.MAX_DIFF_CI_WIDTH, scale=100.0, digits=0, unit=" points"),
+        "margin": fmt.number(vd.EQUIVALENCE_MARGIN, scale=100.0, digits=0, unit=" points"),
+        "tost_level": f"{100 * (1 - 2 * cl.ALPHA):.0f}%",
     }
 
 
@@ -327,7 +332,14 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
     def find(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
         records, seeds, k = [r.records for r in group], _seeds(group), class_count(group)
         fails = diagnostics_failures(group)
-        found = cl.robustness_claim(records, seeds, scope=scope, num_classes=k, diagnostics_failures=fails)
+        found = cl.robustness_claim(
+            records,
+            seeds,
+            scope=scope,
+            num_classes=k,
+            diagnostics_failures=fails,
+            self_transfer=self_transfer(group),
+        )
         for f in found:
             if f.judgement is not None:
                 f.notes.insert(0, render_verdict(f.judgement).text)
@@ -346,10 +358,36 @@ def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
         records = [r.records for r in group]
         fails = diagnostics_failures(group)
         return cl.assignment_masking_claim(
-            records, scope=scope, diagnostics_failures=fails, pooled=pooled_models(group)
+            records,
+            scope=scope,
+            diagnostics_failures=fails,
+            pooled=pooled_models(group),
+            assignment_only=assignment_only_models(group),
+            num_classes=class_count(group),
         )
 
     return _per_group(inputs, find)
+
+
+def assignment_only_models(group: Sequence[RunFolder]) -> set[str]:
+    """The pooled models (:func:`pooled_models`) whose only gradient-mode switches are Token Pooling layers:
+    built from the spec recorded in meta.json for the run's data set (no weights needed). A model that cannot
+    be built from what meta.json records is left out (not known to switch the assignment alone)."""
+    out = set()
+    for run in group:
+        for name, entry in (run.meta.get("models") or {}).items():
+            spec = entry.get("model_spec") if isinstance(entry, dict) else None
+            if name in out or not spec or not spec.get("tokenpool"):
+                continue
+            try:
+                info = DatasetInfo.from_dict((run.meta.get("dataset") or {}).get("info") or {})
+                switches = grad_switches(build_model(spec, info))
+            except (KeyError, TypeError, ValueError) as err:
+                log.info("%s: not built from meta.json (%s); claim 5 leaves it undecided", name, err)
+                continue
+            if switches and all(isinstance(s, TokenPooling) for s in switches):
+                out.add(name)
+    return out
 
 
 def pooled_models(group: Sequence[RunFolder]) -> set[str]:
@@ -412,9 +450,14 @@ CLAIMS: dict[int, Claim] = {
             rule="The verdict module's categories (robust under all attacks / partly masking, still more robust → "
             "supported; gradient masking / no natural robustness → not supported; inconclusive / no baseline → "
             "inconclusive), at each threat's reference budget, from the per-example worst case over every attack and "
-            "gradient mode, against the patch baseline with the exact McNemar test and Newcombe's interval. "
-            "Attribution: each ablation step's paired difference (to − from), Holm-adjusted, seeds pooled; the "
-            "chain's steps add up to wavelet − patch.",
+            "gradient mode, against the patch baseline with the exact McNemar test and Newcombe's interval; "
+            "training seeds pooled with the image as the unit (every seed attacks the same images: the exact "
+            "sign-flip test stratified by image, Newcombe's interval on the seed-averaged table of N images). "
+            "'No more robust' needs an equivalence test: two one-sided tests that the difference is within "
+            "±{margin} (the {tost_level} interval inside the margin). Attribution: each ablation step's paired "
+            "difference (to − from), Holm-adjusted, seeds pooled the same way; not supported when the "
+            "sparsification step is significantly negative or within ±{margin} by TOST; the chain's steps add "
+            "up to wavelet − patch.",
             needs=RUNS,
             finder=_robustness_findings,
         ),
@@ -427,9 +470,11 @@ CLAIMS: dict[int, Claim] = {
             then=" (every Token Pooling method at 3 keep schedules, models/tokenpool-pareto/, fine-tuned from the "
             "trained patch model), then pass --train results/train/<slug>",
             rule="Every method (K-Means, weighted K-Means, K-Medoids, weighted K-Medoids; random, importance, top-K, "
-            "grid) at ≥ {min_budgets} budgets. Supported when every baseline point is dominated (fewer MACs and "
-            "higher accuracy, one strictly) by a clustering point; not supported when a baseline point dominates a "
-            "clustering point; else inconclusive.",
+            "grid) at ≥ {min_budgets} budgets, each trained with ≥ {min_seeds} seeds (else inconclusive). A point "
+            "dominates another when it needs no more MACs and its mean accuracy is higher by more than the two "
+            "points' 95% t intervals over the seeds added. Supported when every baseline point is dominated by a "
+            "clustering point; not supported when a baseline point dominates a clustering point; else "
+            "inconclusive.",
             needs=TRAIN,
             finder=_tokenpool_findings,
         ),
@@ -440,9 +485,13 @@ CLAIMS: dict[int, Claim] = {
             source="Marin et al., WACV 2023; masking as in Athalye et al. 2018",
             command="make tokenpool",
             then=" (pooled models under exact, blocked and BPDA gradients), then pass --runs <its run>",
-            rule="Per pooled model: robust under every attack with exact gradients vs with BPDA (straight-through) "
-            "gradients, paired on the same examples. Supported when exact is significantly above BPDA (α = {alpha}); "
-            "not supported when not significant with a narrow interval (≤ {max_ci_width}); else inconclusive.",
+            rule="Per pooled model whose only fixed front-end is the Token Pooling layer (on another, e.g. a wavelet "
+            "tokenizer's, the gradient modes switch its mask too: inconclusive), with clean accuracy at or above "
+            "the verdict's floor (chance plus a third of the way to 100%): robust under every attack with exact "
+            "gradients vs with BPDA (straight-through) gradients, paired on the same images, seeds pooled with the "
+            "image as the unit. Supported when exact is significantly above BPDA (α = {alpha}); not supported when "
+            "significantly below, or within ±{margin} by two one-sided tests (the {tost_level} interval inside the "
+            "margin); else inconclusive.",
             needs=RUNS,
             finder=_masking_findings,
         ),
@@ -467,7 +516,7 @@ def claims_table(findings: dict[int, list[cl.Finding]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-HIDDEN_COLUMNS = ("modes", "lowfreq_alone")
+HIDDEN_COLUMNS = ("modes", "lowfreq_alone", "cumulative", "self_transfer")
 
 
 def _formatted(table: pd.DataFrame) -> pd.DataFrame:
@@ -477,7 +526,7 @@ def _formatted(table: pd.DataFrame) -> pd.DataFrame:
     if "seed" in df and df["seed"].nunique() <= 1:
         df = df.drop(columns="seed")
     pct = [c for c in df.columns if c in ("clean", "worst_case", "gradient_free", "transfer", "lowfreq", "noise",
-                                          "diff", "ci_low", "ci_high", "a", "b", "accuracy", "acc_sd", "seed sd")
+                                          "diff", "ci_low", "ci_high", "a", "b", "accuracy", "acc_sd", "acc_hw", "seed sd")
            or str(c).startswith("wb_")]  # fmt: skip
     for c in pct:
         df[c] = [fmt.percent(v, missing=fmt.DASH) for v in df[c]]

@@ -7,7 +7,9 @@ paper's fields (``name``, ``authors``, ``link``, ``venue``, ``architecture``, ``
 at its standard budget per threat. :func:`model_info` fills them from records alone:
 
 * eps: RobustBench's standard budget of the data set and threat (:data:`STANDARD_EPS`) when the run attacked
-  it, else the run's reference budget (:func:`metrics.reference_eps`, the middle of the grid);
+  it, else the run's reference budget (:func:`metrics.reference_eps`, the middle of the grid); the data set
+  is known by its identity (:func:`benchmark`: its ``DatasetInfo``'s classes, channels and size), not by how
+  it was loaded, so CIFAR-10 read from an image-folder zip gets CIFAR-10's 8/255;
 * clean_acc and the robust accuracy: :func:`metrics.clean_correct` / :func:`metrics.robust_flags` over every
   record of the model in every run given (all gradient modes, every attack and cross-check: every audited
   break counts). ``reported`` and ``external`` hold that worst case; ``autoattack_acc`` too, but only when
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import percent
 from robustbench_wave.attacks import Trait, families_with, is_average_case
+from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.chunks import config_fingerprint
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
@@ -65,6 +68,8 @@ STANDARD_EPS = {
     ("cifar100", "Linf"): 8 / 255,
     ("imagenet", "Linf"): 4 / 255,
 }
+#: RobustBench's data sets this package can load, by the registered data set whose ``DatasetInfo`` is theirs.
+BENCHMARKS = ("cifar10",)
 #: The library each back-end's attacks come from (its version is read from meta.json's provenance).
 BACKEND_LIBRARY = {"builtin": "robustbench_wave", "torchattacks": "torchattacks", "foolbox": "foolbox"}
 TRANSFER_KIND = "transfer"
@@ -84,8 +89,32 @@ def export_eps(dataset: str, threat: str, grid: Sequence[float]) -> tuple[float 
     return reference_eps(grid_frame, threat), "the reference budget (middle of the attacked grid)"
 
 
+def benchmark(name: str, info: Mapping[str, Any] | None) -> str:
+    """The data set a run's data is, for RobustBench: the :data:`BENCHMARKS` entry whose registered
+    ``DatasetInfo`` has the same classes (names, in order), channels and image size as ``info`` (meta.json's
+    ``dataset.info``), whatever it was loaded as (``cifar10``, ``imagefolder:cifar10-jpeg.zip``); else
+    ``name``."""
+    if info:
+        key = _identity(info)
+        for bench in BENCHMARKS:
+            if key == _identity(dataset_info(bench).to_dict()):
+                return bench
+    return name
+
+
+def _identity(info: Mapping[str, Any]) -> tuple[Any, ...]:
+    names = tuple(str(c).strip().lower() for c in info.get("class_names") or ())
+    return (
+        int(info.get("num_classes") or 0),
+        int(info.get("in_chans") or 0),
+        int(info.get("img_size") or 0),
+        names,
+    )
+
+
 def _dataset(runs: Sequence[RunFolder]) -> str:
-    """The one data set (and example set) of ``runs``; ValueError when they differ."""
+    """The one data set (and example set) of ``runs``, by its identity (:func:`benchmark`); ValueError when
+    they differ."""
     names = {str((r.meta.get("dataset") or {}).get("name")) for r in runs}
     data = {r.meta.get("data_sha256") for r in runs}
     if len(names) != 1 or len(data) != 1:
@@ -93,7 +122,7 @@ def _dataset(runs: Sequence[RunFolder]) -> str:
             f"the runs were attacked on different data ({sorted(names)}, {len(data)} example sets); export "
             "runs of one data set and one --n-examples together"
         )
-    return names.pop()
+    return benchmark(names.pop(), (runs[0].meta.get("dataset") or {}).get("info"))
 
 
 def _model_rows(runs: Sequence[RunFolder], model: str) -> tuple[pd.DataFrame, list[RunFolder]]:

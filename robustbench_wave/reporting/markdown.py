@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave import __version__
+from robustbench_wave.analysis.checks.compare import self_transfer_models
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
@@ -128,7 +129,13 @@ def run_verdict(runs: Sequence[RunFolder], *, num_classes: int, baseline: str | 
         energy=describe_energy(energy_summary(energy)) if not energy.empty else {},
         diagnostics_failures=diagnostics_failures(runs),
         seeds=[i if r.train_seed is None else r.train_seed for i, r in enumerate(runs)],
+        self_transfer=self_transfer(runs),
     )
+
+
+def self_transfer(runs: Sequence[RunFolder]) -> set[str]:
+    """Models whose transfer attacks were crafted on themselves in any of these runs (their meta.json)."""
+    return {m for r in runs for m in self_transfer_models(r.meta)}
 
 
 def diagnostics_failures(runs: Sequence[RunFolder]) -> dict[str, dict[str, list[str]]]:
@@ -150,10 +157,24 @@ def verdict_markdown(v: Verdict) -> str:
         "sparsification mask is non-smooth, so robustness that appears only with blocked gradients is "
         "gradient masking (Athalye et al. 2018)."
     )
-    return "\n\n".join([claim, v.text, markdown_table(_verdict_numbers(v.numbers))])
+    table = _verdict_numbers(v.numbers)
+    parts = [claim, v.text, markdown_table(table)]
+    if table.map(lambda c: isinstance(c, str) and (CUMULATIVE_MARK in c or RESTART_MARK in c)).any().any():
+        parts.append(NUMBERS_NOTE)
+    return "\n\n".join(parts)
+
+
+CUMULATIVE_MARK = " (cum.)"
+RESTART_MARK = " (white-box restart)"
+NUMBERS_NOTE = (
+    f"_{CUMULATIVE_MARK.strip()}: cumulative — the attack ran only on points the attacks before it had not "
+    "broken (skip-broken), so the number is the worst case up to that attack, not the attack's own. "
+    f"{RESTART_MARK.strip()}: a transfer attack crafted on the model itself, i.e. more white-box restarts._"
+)
 
 
 def _verdict_numbers(numbers: pd.DataFrame) -> pd.DataFrame:
+    """The verdict's numbers as percentages, cumulative cells and self-transfer cells marked."""
     if numbers.empty:
         return numbers
     shown = ("model", "seed", "threat", "eps", "n", *_PERCENT_COLUMNS)
@@ -161,6 +182,17 @@ def _verdict_numbers(numbers: pd.DataFrame) -> pd.DataFrame:
     for c in _PERCENT_COLUMNS:
         if c in df:
             df[c] = [percent(v, missing=DASH) for v in df[c]]
+    cumulative = numbers.get("cumulative", pd.Series("", index=numbers.index)).fillna("")
+    restart = numbers.get("self_transfer", pd.Series(False, index=numbers.index)).fillna(False)
+    for c in ("gradient_free", "transfer", "noise"):
+        if c not in df:
+            continue
+        marks = [
+            (RESTART_MARK if c == "transfer" and bool(r) else "")
+            + (CUMULATIVE_MARK if c in str(k).split(",") else "")
+            for k, r in zip(cumulative, restart)
+        ]
+        df[c] = [v + m if v != DASH else v for v, m in zip(df[c], marks)]
     if df["seed"].nunique() <= 1:
         df = df.drop(columns="seed")
     return df

@@ -99,16 +99,30 @@ def _candidate_paragraph(c: CandidateJudgement, gap_tol: float) -> str:
 
 
 def _paired_clause(cat: Mapping[str, Any]) -> str:
-    """The paired comparison behind a category, in words ("" without one)."""
+    """The paired comparison behind a category, in words ("" without one): the unit (images, and seeds
+    nested in them), the difference and its interval, the exact test and the equivalence test's margin."""
     if cat.get("n_paired") is None:
         return ""
     lo, hi = cat["diff_ci"]
     d = cat["discordant"]
-    return (
-        f" (paired on {cat['n_paired']} examples: difference {points(cat['diff'])}, 95% interval "
-        f"{interval(lo, hi)}; {d['only_candidate']} examples survive only in the candidate, "
-        f"{d['only_baseline']} only in the baseline, exact McNemar p = {cat['p_value']:.2g})"
+    seeds = int(cat.get("n_seeds") or 1)
+    unit = cat.get("unit") or f"{cat['n_paired']} images"
+    pairs = "examples" if seeds == 1 else "(image, seed) pairs"
+    test = "exact McNemar" if seeds == 1 else "exact sign-flip test over images"
+    text = (
+        f" (paired on {unit}: difference {points(cat['diff'])}, 95% interval "
+        f"{interval(lo, hi)}; {d['only_candidate']} {pairs} survive only in the candidate, "
+        f"{d['only_baseline']} only in the baseline, {test} p = {cat['p_value']:.2g}"
     )
+    eq = cat.get("equivalence")
+    if eq:
+        margin = number(eq["margin"], scale=100.0, digits=0, unit=" points")
+        within = "within" if eq["equivalent"] else "not shown within"
+        text += (
+            f"; equivalence test (two one-sided tests, margin ±{margin}): {within} the margin, "
+            f"{100 * eq['level']:.0f}% interval {interval(*eq['ci'])}, p = {eq['p_value']:.2g}"
+        )
+    return text + ")"
 
 
 _OTHER_ATTACKS = (
@@ -120,13 +134,24 @@ _OTHER_ATTACKS = (
 )
 
 
-def _under(cand: Mapping[str, Any], sp: Mapping[str, Any]) -> str:
-    """The attacks other than blocked white-box, with their accuracies."""
+SELF_TRANSFER = "white-box restarts (transfer crafted on the model itself)"
+CUMULATIVE = "cumulative with the attacks run before it"
+
+
+def _under(cand: Mapping[str, Any], sp: Mapping[str, Any], cat: Mapping[str, Any] | None = None) -> str:
+    """The attacks other than blocked white-box, with their accuracies: a transfer attack crafted on the
+    model itself named as the white-box restarts it is (as the checklist reads it), and a number that
+    counts the breaks of the attacks run before it (skip-broken) labelled cumulative."""
+    cumulative = set(str(cand.get("cumulative") or "").split(","))
     parts = []
     for key, label in _OTHER_ATTACKS:
         if not math.isnan(as_float(cand.get(key))):
             if key == "lowfreq" and cand.get("lowfreq_alone") is False:
                 label = "suite + low-frequency PGD"
+            if key == "transfer" and (cat or {}).get("self_transfer"):
+                label = SELF_TRANSFER
+            if key in cumulative:
+                label = f"{label} ({CUMULATIVE})"
             parts.append(f"{label} {percent(cand[key], sp.get(key))}")
     return "; ".join(parts) if parts else "no other attack"
 
@@ -138,7 +163,7 @@ def _masking_sentence(
     text = (
         f"Under blocked gradients **{cand['model']}** keeps {percent(cand.get(blocked), sp.get(blocked))} "
         f"at {where} (clean {percent(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
-        f"bypass the front-end ({_under(cand, sp)}) its per-example worst case falls to "
+        f"bypass the front-end ({_under(cand, sp, cat)}) its per-example worst case falls to "
         f"**{percent(cand['worst_case'], sp.get('worst_case'))}** — "
     )
     if cat["category"] == MASKING_BUT_ROBUST:
@@ -179,11 +204,11 @@ def _sentence(
     if category == ROBUST:
         return (
             f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
-            f"({_under(cand, sp)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
+            f"({_under(cand, sp, cat)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
             "attacks, as measured."
         )
     text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
-    text += f" ({_under(cand, sp)}; clean {clean})"
+    text += f" ({_under(cand, sp, cat)}; clean {clean})"
     if category == INCONCLUSIVE:
         text += f": inconclusive at this scale — {cat['inconclusive_reason']}"
         return text + (f"; {base_txt}." if base_txt else ".")

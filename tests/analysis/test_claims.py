@@ -87,7 +87,8 @@ def test_attribution_finds_the_sparsification_step_and_the_chain_adds_up():
 
 def test_attribution_without_a_sparsification_effect_is_not_supported():
     f = cl.attribution([_chain(0)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
-    assert f.verdict == cl.NOT_SUPPORTED  # zero discordant pairs on 100 examples: a narrow interval
+    assert f.verdict == cl.NOT_SUPPORTED  # zero discordant pairs on 100 images: within ±10 points by TOST
+    assert "within ±10 points by two one-sided tests" in f.reason and "100 images" in f.reason
 
 
 def test_holm_matches_hand_computation():
@@ -267,25 +268,47 @@ def test_cost_model_claim_when_only_tokens_cost_is_not_supported():
 
 
 # ------------------------------------------------------------------------------------------------ claim 4
-def _pool_rows(clustering_acc: float, budgets: int = 3) -> pd.DataFrame:
+def _pool_rows(
+    clustering_acc: float, budgets: int = 3, seeds: int = 3, spread: float = 0.005
+) -> pd.DataFrame:
+    """Every method at ``budgets`` budgets, ``seeds`` seeds each, the seeds' accuracies mean +- ``spread``."""
     rows = []
+    offsets = [spread * (s - (seeds - 1) / 2) for s in range(seeds)]
     for method in (*cl.CLUSTERING, *cl.POOL_BASELINES):
         acc = clustering_acc if method in cl.CLUSTERING else 0.7
         for b in range(budgets):
-            rows.append(
-                {"dataset": "d", "tokenizer": "patch", "pool_method": method, "pool_keep": f"k{b}",
-                 "gmacs": 0.01 * (b + 1), "test_accuracy": acc + 0.01 * b, "seed": 0}
-            )  # fmt: skip
+            for seed, off in enumerate(offsets):
+                rows.append(
+                    {"dataset": "d", "tokenizer": "patch", "pool_method": method, "pool_keep": f"k{b}",
+                     "gmacs": 0.01 * (b + 1), "test_accuracy": acc + 0.01 * b + off, "seed": seed}
+                )  # fmt: skip
     return pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize(
-    ("acc", "budgets", "expected"),
-    [(0.8, 3, cl.SUPPORTED), (0.6, 3, cl.NOT_SUPPORTED), (0.8, 2, cl.INCONCLUSIVE)],
+    ("acc", "budgets", "seeds", "spread", "expected"),
+    [
+        (0.8, 3, 3, 0.005, cl.SUPPORTED),
+        (0.6, 3, 3, 0.005, cl.NOT_SUPPORTED),
+        (0.8, 2, 3, 0.005, cl.INCONCLUSIVE),  # too few budgets
+        (0.8, 3, 2, 0.005, cl.INCONCLUSIVE),  # too few seeds: no interval to decide dominance
+        (0.702, 3, 3, 0.005, cl.INCONCLUSIVE),  # 0.2 points better on every seed mean: within the noise
+        (0.8, 3, 3, 0.2, cl.INCONCLUSIVE),  # 10 points better, but the seeds spread +-20 points
+    ],
 )
-def test_claim4_pareto(acc, budgets, expected):
-    (f,) = cl.tokenpool_claim(_pool_rows(acc, budgets))
+def test_claim4_pareto(acc, budgets, seeds, spread, expected):
+    (f,) = cl.tokenpool_claim(_pool_rows(acc, budgets, seeds, spread))
     assert f.verdict == expected, f.reason
+
+
+def test_dominance_beyond_the_seeds_interval_by_hand():
+    # 3 seeds, sd 0.01: half-width t(2) 4.303 x 0.01 / sqrt(3) = 0.0248 each, 0.0497 together
+    hw = cl.half_width(0.01, 3)
+    assert hw == pytest.approx(4.303 * 0.01 / 3**0.5)
+    a = pd.Series({"gmacs": 1.0, "accuracy": 0.80, "acc_hw": hw})
+    assert cl.dominates(a, pd.Series({"gmacs": 1.0, "accuracy": 0.74, "acc_hw": hw}))
+    assert not cl.dominates(a, pd.Series({"gmacs": 1.0, "accuracy": 0.76, "acc_hw": hw}))  # within noise
+    assert not cl.dominates(a, pd.Series({"gmacs": 0.5, "accuracy": 0.5, "acc_hw": hw}))  # more MACs
 
 
 def test_pareto_front_by_hand():
@@ -406,16 +429,19 @@ def test_registry_holds_claims_1_to_5_in_order_with_every_field():
 
 
 def test_claim5_rule_states_the_constant_the_analysis_decides_with(monkeypatch):
-    assert "narrow interval (≤ 20 points)" in rc.CLAIMS[5].rule_text()
+    assert (
+        "within ±10 points by two one-sided tests (the 90% interval inside the margin)"
+        in rc.CLAIMS[5].rule_text()
+    )
     assert f"(α = {cl.ALPHA})" in rc.CLAIMS[5].rule_text()
-    # exact keeps 6, BPDA 4 of 20 examples (nested): p = 0.5 and an interval 34 points wide
+    # exact keeps 6, BPDA 4 of 20 examples (nested): p = 0.5 and a 90% interval reaching past 10 points
     wide = [_pooled_model(6, 4, n=20)]
     (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
-    assert f.verdict == cl.INCONCLUSIVE
-    monkeypatch.setattr(vd, "MAX_DIFF_CI_WIDTH", 0.35)
-    assert "narrow interval (≤ 35 points)" in rc.CLAIMS[5].rule_text()
+    assert f.verdict == cl.INCONCLUSIVE and "not shown within ±10 points" in f.reason
+    monkeypatch.setattr(vd, "EQUIVALENCE_MARGIN", 0.35)
+    assert "within ±35 points" in rc.CLAIMS[5].rule_text()
     (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
-    assert f.verdict == cl.NOT_SUPPORTED  # the rule and the decision moved together
+    assert f.verdict == cl.NOT_SUPPORTED and "within ±35 points" in f.reason  # the two move together
     monkeypatch.setattr(cl, "MIN_SEEDS", 5)
     assert "at least 5 seeds" in rc.CLAIMS[1].rule_text()
 
@@ -456,3 +482,43 @@ def test_renamed_zoo_models_change_the_table_not_the_finders():
     no_step = records[records["model"] != "w3"]
     f = cl.attribution([no_step], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
     assert f.reason == "w3 and w4 were not both attacked: the sparsification step is unmeasured"
+
+
+def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
+    records = [_pooled_model(60, 20)]
+    (f,) = [
+        x for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set()) if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.INCONCLUSIVE and "switch every fixed front-end at once" in f.reason
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim(
+            records, scope="s", assignment_only={"patch-tokenpool"}, num_classes=4
+        )
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.SUPPORTED
+    # clean accuracy 40% with 4 classes: under the floor of 50%
+    low = [records[0].assign(correct=records[0]["correct"] & (records[0]["example_id"] < 40))]
+    (f,) = [x for x in cl.assignment_masking_claim(low, scope="s", num_classes=4) if "Linf" in x.scope]
+    assert f.verdict == cl.INCONCLUSIVE and "under the floor of 50.0%" in f.reason
+
+
+def test_assignment_only_models_from_the_recorded_specs():
+    from robustbench_wave.data import dataset_info
+    from robustbench_wave.models.zoo import load_spec
+
+    info = dataset_info("fashion-mnist").to_dict()
+    models = {m: {"model_spec": load_spec(m)} for m in ("patch-tokenpool", "wavelet-tokenpool", "patch")}
+    run = SimpleNamespace(meta={"dataset": {"info": info}, "models": models})
+    assert rc.assignment_only_models([run]) == {"patch-tokenpool"}
+    unbuildable = SimpleNamespace(meta={"models": models})  # no data set info: nothing is known
+    assert rc.assignment_only_models([unbuildable]) == set()
+
+
+def test_the_same_attribution_run_three_times_is_the_single_run():
+    one = cl.attribution([_chain(46)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    three = cl.attribution([_chain(46)] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    cols = ["diff", "ci_low", "ci_high", "p", "p (Holm)", "p TOST", "images"]
+    pd.testing.assert_frame_equal(one.table[cols], three.table[cols])
+    assert set(three.table["seeds"]) == {3} and one.verdict == three.verdict

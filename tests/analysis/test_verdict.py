@@ -13,10 +13,10 @@ import pytest
 from robustbench_wave.analysis.formatting import DASH, as_float, interval, number, percent, points
 from robustbench_wave.analysis.verdict import (
     CLEAN_FLOOR_SHARE,
+    EQUIVALENCE_MARGIN,
     FILTERS_ADVERSARIAL,
     INCONCLUSIVE,
     MASKING,
-    MAX_DIFF_CI_WIDTH,
     NOT_ROBUST,
     ROBUST,
     VerdictSettings,
@@ -26,6 +26,7 @@ from robustbench_wave.analysis.verdict import (
     judge,
     paired_worst_case,
 )
+from robustbench_wave.evaluation.metrics import paired_table
 from robustbench_wave.reporting.verdict_text import render, verdict
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
 
@@ -88,7 +89,9 @@ def test_categories_follow_the_numbers():
     cat = _judge(records, "w", "p")
     assert cat["gap"] == pytest.approx(0.01) and cat["masking"] is False and cat["category"] == NOT_ROBUST
     lo, hi = cat["diff_ci"]
-    assert lo < 0.01 < hi and hi - lo <= MAX_DIFF_CI_WIDTH  # narrow: "no more robust" is decided
+    assert lo < 0.01 < hi  # not significant, but within the margin by two one-sided tests: decided
+    assert cat["equivalence"]["equivalent"] and cat["equivalence"]["margin"] == EQUIVALENCE_MARGIN
+    assert cat["equivalence"]["p_value"] < 0.05 and cat["equivalence"]["level"] == pytest.approx(0.9)
     # a looser tolerance turns the same numbers into masking
     assert _judge(records, "w", "p", VerdictSettings(gap_tol=0.005))["masking"]
     with_no_pairs = categorize(
@@ -109,7 +112,8 @@ def test_paired_test_sees_what_overlapping_wilson_intervals_miss():
     assert cat["category"] == ROBUST and cat["p_value"] == pytest.approx(2.0**-14)
     v = verdict(records, num_classes=4, threats=("Linf",))
     assert v.categories == {"w@Linf": ROBUST}
-    assert "paired on 100 examples: difference +15.0 points" in v.text and "McNemar p = 6.1e-05" in v.text
+    assert "paired on 100 images: difference +15.0 points" in v.text and "McNemar p = 6.1e-05" in v.text
+    assert "equivalence test (two one-sided tests, margin ±10 points): not shown within the margin" in v.text
 
 
 def test_masking_verdict_renders_the_numbers():
@@ -273,7 +277,8 @@ def test_wide_interval_is_inconclusive_narrow_one_decides():
     small = verdict(run(20, 6, 4), num_classes=4, threats=("Linf",))
     d = small.details["w@Linf"]
     assert small.categories == {"w@Linf": INCONCLUSIVE}
-    assert d["diff_ci"][1] - d["diff_ci"][0] > MAX_DIFF_CI_WIDTH and d["p_value"] == 0.5
+    assert not d["equivalence"]["equivalent"] and d["p_value"] == 0.5
+    assert "does not place it within ±10 points" in d["inconclusive_reason"]
     assert (
         "attack more examples" in d["inconclusive_reason"] and "inconclusive at this scale" in small.headline
     )
@@ -308,7 +313,8 @@ def test_seed_level_spread_of_the_paired_difference():
     d = v.details["w@Linf"]
     assert v.categories == {"w@Linf": ROBUST} and d["seed_agreement"] == "3/3 seeds"
     assert d["seed_diff_mean"] == pytest.approx(0.55) and d["seed_diff_sd"] == pytest.approx(0.10)
-    assert d["n_paired"] == 300  # the pooled table: every seed's examples
+    assert d["n_paired"] == 100 and d["n_seeds"] == 3  # the image is the unit: 100 images, 3 seeds each
+    assert d["unit"] == "100 images × 3 seeds" and "paired on 100 images × 3 seeds" in v.text
     assert "paired difference to the baseline +55.0 ± 10.0 points over the seeds" in v.text
 
 
@@ -347,3 +353,53 @@ def test_judgement_holds_the_numbers_and_the_words_render_them():
     assert "it removes more of the adversarial perturbation than of noise" in v.text
     assert v.headline.endswith("the diagnostics flag the evaluation of w outside blocked gradients, so this "
                                "robustness may be overestimated.")  # fmt: skip
+
+
+def test_the_same_run_three_times_pools_to_the_single_run():
+    """Seeds nested in images: three copies of one run are one run's evidence, not three times as much."""
+    spec = masking_spec(blocked=14, exact=14, bpda=14, square=14, transfer=14)
+    run = pd.concat([synthetic_records("w", spec, n=60), synthetic_records("p", baseline_spec(8, 8), n=60)])
+    one = verdict(run, num_classes=4, threats=("Linf",)).details["w@Linf"]
+    three = verdict([run] * 3, num_classes=4, threats=("Linf",), seeds=[0, 1, 2]).details["w@Linf"]
+    for key in ("diff", "diff_ci", "p_value", "n_paired", "equivalence", "discordant"):
+        expected = one[key] if key != "discordant" else {k: 3 * v for k, v in one[key].items()}
+        assert three[key] == expected, key
+    assert three["n_seeds"] == 3 and one["n_seeds"] == 1
+
+
+def test_an_interval_reaching_past_the_margin_is_not_no_robustness():
+    """[-0, +18]: not significant and under 20 points wide, so the old rule said "no more robust", yet it does
+    not exclude an advantage of 10 points or more: inconclusive now (the equivalence test fails)."""
+    honest = masking_spec(blocked=6, exact=5, bpda=5, square=40, transfer=20)
+    rows = _rows(pd.concat([synthetic_records("w", honest), synthetic_records("p", baseline_spec())]))
+    paired = paired_table(20, 15, 6, 59)  # +9 points, McNemar p = 0.078
+    assert paired.ci_low < 0 < paired.ci_high < 0.18 and paired.ci_width < 0.20
+    cat = categorize(rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(), paired=paired)
+    assert cat["category"] == INCONCLUSIVE and not cat["equivalence"]["equivalent"]
+    assert "does not place it within ±10 points" in cat["inconclusive_reason"]
+    # a margin wide enough to hold the whole 90% interval decides it
+    wide = categorize(
+        rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(equivalence_margin=0.2), paired=paired
+    )
+    assert wide["category"] == NOT_ROBUST and wide["equivalence"]["equivalent"]
+
+
+def test_cumulative_and_self_transfer_numbers_say_what_they_are():
+    """Square skipped the points earlier attacks broke (skip-broken): its number is cumulative, and says
+    so; a transfer attack crafted on the candidate itself is named as the white-box restarts it is."""
+    from robustbench_wave.reporting.markdown import NUMBERS_NOTE, verdict_markdown
+
+    spec = masking_spec(blocked=30, exact=30, bpda=30, square=40, transfer=20)
+    records = pd.concat([synthetic_records("w", spec), synthetic_records("p", baseline_spec())])
+    skipped = (records["model"] == "w") & (records["attack"] == "square") & (records["example_id"] >= 60)
+    records.loc[skipped, "attacked"] = False
+    v = verdict(records, num_classes=4, threats=("Linf",), self_transfer={"w"})
+    row = v.numbers.set_index("model").loc["w"]
+    assert row["cumulative"] == "gradient_free" and row["self_transfer"]
+    assert v.numbers.set_index("model").loc["p", "cumulative"] == ""
+    assert "Square (cumulative with the attacks run before it) 40.0%" in v.text
+    assert "white-box restarts (transfer crafted on the model itself) 20.0%" in v.text
+    md = verdict_markdown(v)
+    assert "40.0% (cum.)" in md and "20.0% (white-box restart)" in md and NUMBERS_NOTE in md
+    plain = verdict(records.assign(attacked=True), num_classes=4, threats=("Linf",))
+    assert "cumulative" not in plain.text and "white-box restart" not in plain.text

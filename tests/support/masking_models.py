@@ -10,6 +10,10 @@ Data: 1x8x8 images, 4 classes; class k brightens quadrant k by ``CONTRAST`` over
 * :class:`SaturatedQuadrant` -- :class:`QuadrantLinear` with logits x 1e4: the softmax underflows, so the
   cross-entropy input gradient is exactly zero on every correctly classified point while the margin gradient
   is not (a CE attack stands still; a margin/DLR attack breaks it). Caught by white-box-side checks alone.
+* :class:`NoiseFragileQuadrant` -- no input gradient anywhere (hard decisions), and heavy noise flips its
+  prediction: the uniform random start of a PGD at Linf 0.5 alone breaks it, gradient steps never move.
+* :class:`RoughnessTrap` -- :class:`QuadrantLinear` on smooth inputs, a zero-gradient quantizer on rough ones:
+  a PGD random start at a large budget lands in the trap and stands still, so accuracy rises with eps.
 * :class:`QuantizerFrontEnd` / :func:`masked_front_end_model` -- the quantizer as a FixedFrontEnd whose
   smooth (BPDA) transform is the un-quantized mean, so grad modes exact/blocked are masked and bpda is not.
 
@@ -84,6 +88,31 @@ class SaturatedQuadrant(QuadrantLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.SATURATION * super().forward(x)
+
+
+def roughness(x: torch.Tensor) -> torch.Tensor:
+    """Per image: the std of the pixels around their quadrant's mean (about 0.03 on :func:`quadrant_data`)."""
+    means = F.interpolate(F.avg_pool2d(x, 4), scale_factor=4, mode="nearest")
+    return (x - means).flatten(1).std(1)
+
+
+class NoiseFragileQuadrant(QuadrantLinear):
+    ROUGH = 0.12  # roughness above which the prediction moves to the next class
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = quadrant_means(x)
+        pred = m.argmax(1)
+        pred = torch.where(roughness(x) > self.ROUGH, (pred + 1) % NUM_CLASSES, pred)
+        return self.scale * F.one_hot(pred, NUM_CLASSES).to(x.dtype) + 0.0 * m  # connected, zero gradient
+
+
+class RoughnessTrap(QuadrantLinear):
+    ROUGH = 0.12  # a uniform random start of radius 0.4 is about 0.23 rough, of radius 0.1 about 0.065
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = quadrant_means(x)
+        rough = (roughness(x) > self.ROUGH)[:, None]
+        return torch.where(rough, self.scale * torch.round(m * 64) / 64, self.scale * m)
 
 
 class NoisyQuadrant(QuadrantLinear):
@@ -267,6 +296,23 @@ def _on_model(
     return build
 
 
+def _swept(
+    model_cls: type[nn.Module], eps: float = 0.2, n: int = 16, steps: int = 5
+) -> Callable[[], CheckInputs]:
+    """The diagnostics' budget sweep (the subset's PGD at 0.5, 1 and 2 x ``eps``, no skip-broken) on a model."""
+
+    def build() -> CheckInputs:
+        from robustbench_wave.analysis.diagnostics import sweep_suite
+        from robustbench_wave.evaluation import EvalSettings, evaluate
+
+        x, y = quadrant_data(n)
+        settings = EvalSettings(model_name="m", dataset=Info(), grad_modes=("exact",), skip_broken=False)
+        sweep = evaluate(model_cls().eval(), x, y, sweep_suite(eps, steps=steps), settings, progress=False)
+        return CheckInputs(sweep_records=sweep.records)
+
+    return build
+
+
 _BREAKS_FIRST_8 = [False] * 8 + [True] * 12  # 8 of 20 broken: enough for the paired test (2^-8 < 0.01)
 _FGSM_BREAKS_8 = attack_rows("fgsm", "fgsm", "white-box", 0.1, _BREAKS_FIRST_8)
 _NOISE_BREAKS_8 = attack_rows("noise_sign", "noise", "noise", 0.1, _BREAKS_FIRST_8)
@@ -292,10 +338,12 @@ CHECK_CASES: dict[str, CheckCase] = {
         fire=lambda: _records(_FGSM_BREAKS_8, _pgd(0.1, [True] * 20)),
         honest=lambda: _records(_FGSM_BREAKS_8, _pgd(0.1, [False] * 12 + [True] * 8)),
     ),
-    # accuracy 30% -> 60% from eps 0.1 to 0.2, vs 60% -> 30%
+    # accuracy 30% -> 60% from eps 0.1 to 0.2, vs 60% -> 30% (every point attacked at both budgets);
+    # and a model whose PGD random start at a large budget lands in a zero-gradient trap (the budget sweep)
     "eps_monotone": CheckCase(
         fire=lambda: _records(_pgd(0.1, [True] * 3 + [False] * 7), _pgd(0.2, [True] * 6 + [False] * 4)),
         honest=lambda: _records(_pgd(0.1, [True] * 6 + [False] * 4), _pgd(0.2, [True] * 3 + [False] * 7)),
+        also_fire=(_swept(RoughnessTrap),),
     ),
     "whitebox_beats_blackbox": CheckCase(
         fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
@@ -315,8 +363,12 @@ CHECK_CASES: dict[str, CheckCase] = {
             _pgd(0.1, [False] * 5 + [True] * 5, last=[True] * 3 + [False] * 2 + [True] * 5)
         ),
     ),
+    # zero gradients; and zero gradients where the random start alone would have broken the model
     "large_eps_to_chance": CheckCase(
-        fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear), params={"steps": 5}
+        fire=_on_model(QuantizedQuadrant),
+        honest=_on_model(QuadrantLinear),
+        params={"steps": 5},
+        also_fire=(_on_model(NoiseFragileQuadrant),),
     ),
     "attack_convergence": CheckCase(
         fire=_on_model(QuantizedQuadrant), honest=_on_model(QuadrantLinear), params={"more": 2}

@@ -54,12 +54,15 @@ class CheckInputs:
 
     ``records`` are the benchmark's rows of one model (None when there are none); ``subset_records`` are
     records of a small generated suite on the subset ``x, y`` in which every attack ran on every
-    clean-correct point, so a record check the benchmark's records cannot decide can fall back to them.
-    ``histories`` collects the loss curves a check measures (plotted by the report).
+    clean-correct point, so a record check the benchmark's records cannot decide can fall back to them;
+    ``sweep_records`` are the subset's PGD at several budgets, again without skip-broken (the evidence a
+    budget-monotonicity check needs). ``histories`` collects the loss curves a check measures (plotted by
+    the report).
     """
 
     records: pd.DataFrame | None = None
     subset_records: pd.DataFrame | None = None
+    sweep_records: pd.DataFrame | None = None
     model: nn.Module | None = None
     x: torch.Tensor | None = None
     y: torch.Tensor | None = None
@@ -108,6 +111,11 @@ class RecordCheck(Check):
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         """The check on one set of records (one model's rows)."""
 
+    def fallback(self, inputs: CheckInputs) -> tuple[pd.DataFrame | None, str]:
+        """The records this check falls back to (the subset's) and how ``numbers["source"]`` names them."""
+        sub = inputs.subset_records
+        return sub, ("" if sub is None else f"subset n={sub['example_id'].nunique()}")
+
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         if mode is None:
             raise ValueError(f"{self.name} is judged per gradient mode: pass the mode")
@@ -120,11 +128,11 @@ class RecordCheck(Check):
         if result is not None and result.passed is not None:
             result.numbers = {"source": "records", **result.numbers}
             return result
-        if inputs.subset_records is None:
+        records, source = self.fallback(inputs)
+        if records is None:
             return result or CheckResult(self.name, None, {}, "not measurable: no records", mode)
-        result = self.judge(inputs.subset_records, mode)
-        n = inputs.subset_records["example_id"].nunique()
-        result.numbers = {"source": f"subset n={n}", **result.numbers}
+        result = self.judge(records, mode)
+        result.numbers = {"source": source, **result.numbers}
         return result
 
 

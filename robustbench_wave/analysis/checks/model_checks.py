@@ -37,7 +37,9 @@ class LargeEpsToChance(Check):
     """At Linf eps = 0.5 every image can become mid-grey, so accuracy must reach chance or below.
 
     A failure means the attack cannot find adversarial examples that certainly exist: gradient masking or a
-    broken attack.
+    broken attack. PGD starts from the image itself: a uniform random start at this budget is noise strong
+    enough to break a model on its own, and scoring it as an iterate would let a model with no gradient at
+    all pass.
     """
 
     name: ClassVar[str] = "large_eps_to_chance"
@@ -54,11 +56,20 @@ class LargeEpsToChance(Check):
         with attack_mode(model), mode_context(model, mode):
             step = REL_STEP * self.eps / self.steps
             x_adv, _ = pgd_with_history(
-                model, x, y, eps=self.eps, norm=LINF, steps=self.steps, step_size=step, seed=inputs.seed
+                model,
+                x,
+                y,
+                eps=self.eps,
+                norm=LINF,
+                steps=self.steps,
+                step_size=step,
+                seed=inputs.seed,
+                random_start=False,
             )
             acc = _accuracy(model, x_adv, y)
         chance = 1.0 / inputs.num_classes
         numbers = {"eps": self.eps, "accuracy": acc, "chance": chance, "slack": self.slack, "n": len(x)}
+        numbers["start"] = "the image (no random start)"
         passed = acc <= chance + self.slack
         meaning = (
             f"a Linf {self.eps} attack brings accuracy to chance or below"

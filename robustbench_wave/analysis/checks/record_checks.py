@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -19,7 +20,7 @@ import pandas as pd
 from robustbench_wave.attacks import AttackKind, Trait, families_with
 from robustbench_wave.evaluation.metrics import robust_accuracy
 
-from .base import CheckResult, RecordCheck, register_check
+from .base import CheckInputs, CheckResult, RecordCheck, register_check
 from .compare import (
     PAIRED_ALPHA,
     RECORD_THREATS,
@@ -83,32 +84,52 @@ class EpsMonotone(RecordCheck):
     """No attack's accuracy may rise with eps: a larger ball contains the smaller one.
 
     A failure means the attack misses adversarial points that certainly exist (gradient masking or a broken
-    attack). Needs the benchmark's records at two or more budgets, so it never falls back to the subset.
+    attack). Each pair of neighbouring budgets is compared on the points the attack ran on at both. Under
+    skip-broken a point broken at one budget is never attacked at a larger one, so such records cannot show
+    a rise (not measurable); the check then reads the budget sweep (``CheckInputs.sweep_records``: the
+    subset's PGD at several budgets, every point attacked at every budget).
     """
 
     name: ClassVar[str] = "eps_monotone"
-    subset_fallback: ClassVar[bool] = False
     tol: float = 0.01  # largest allowed rise of an attack's accuracy from one budget to the next
+
+    def fallback(self, inputs: CheckInputs) -> tuple[pd.DataFrame | None, str]:
+        sweep = inputs.sweep_records
+        if sweep is None:
+            return None, ""
+        grid = "/".join(f"{e:.4g}" for e in sorted(set(sweep.loc[sweep["eps"] > 0, "eps"])))
+        return sweep, f"budget sweep n={sweep['example_id'].nunique()} eps={grid}"
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         rows = mode_view(check_records(records), mode)
         rows = rows[rows["eps"] > 0]
-        worst_rise, where, curves = 0.0, "", 0
+        worst_rise, where, curves, evidence = 0.0, "", 0, 0
         for (attack, threat), grp in rows.groupby(["attack", "threat"]):
-            acc = grp.groupby("eps")["correct"].mean().sort_index()
-            if len(acc) < 2:
-                continue
-            curves += 1
-            rises = acc.diff().iloc[1:]
-            if rises.max() > worst_rise:
-                worst_rise = float(rises.max())
-                at = rises.idxmax()
-                where = f"{attack} {threat}: {acc.shift(1)[at]:.3f}->{acc[at]:.3f} at eps={at:.4g}"
+            for lo, hi, acc_lo, acc_hi, n_broken in _neighbour_budgets(grp):
+                curves += 1
+                evidence += n_broken
+                if acc_hi - acc_lo > worst_rise:
+                    worst_rise = acc_hi - acc_lo
+                    where = f"{attack} {threat}: {acc_lo:.3f}->{acc_hi:.3f} from eps={lo:.4g} to {hi:.4g}"
         if curves == 0:
             return CheckResult(
                 self.name, None, {}, "not measurable: no attack was run at two or more eps", mode
             )
-        numbers: dict[str, Any] = {"curves": curves, "max_rise": worst_rise, "tolerance": self.tol}
+        if evidence == 0:
+            return CheckResult(
+                self.name,
+                None,
+                {"curves": curves},
+                "not measurable: no point broken at a smaller budget was attacked at a larger one "
+                "(skip-broken), so these records cannot show a rise",
+                mode,
+            )
+        numbers: dict[str, Any] = {
+            "curves": curves,
+            "max_rise": worst_rise,
+            "broken_then_attacked": evidence,
+            "tolerance": self.tol,
+        }
         if where:
             numbers["where"] = where
         passed = worst_rise <= self.tol
@@ -119,6 +140,21 @@ class EpsMonotone(RecordCheck):
             "larger ball contains the smaller one) -- a sign of gradient masking or a broken attack"
         )
         return CheckResult(self.name, passed, numbers, meaning, mode)
+
+
+def _neighbour_budgets(grp: pd.DataFrame) -> list[tuple[float, float, float, float, int]]:
+    """One attack's curve, per pair of neighbouring budgets (lo, hi): its accuracy at each on the points it
+    attacked at both, and how many of those it broke at lo (the points that can contradict a rise)."""
+    attacked = grp[grp["attacked"].astype(bool)]
+    correct = attacked.assign(correct=attacked["correct"].astype(bool))
+    correct = correct.groupby(["example_id", "eps"])["correct"].all().unstack("eps")
+    out = []
+    for lo, hi in pairwise(sorted(correct.columns)):
+        both = correct[[lo, hi]].dropna().astype(bool)
+        if both.empty:
+            continue
+        out.append((lo, hi, float(both[lo].mean()), float(both[hi].mean()), int((~both[lo]).sum())))
+    return out
 
 
 def _white_box_against(
