@@ -489,7 +489,7 @@ def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
     (f,) = [
         x for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set()) if "Linf" in x.scope
     ]
-    assert f.verdict == cl.INCONCLUSIVE and "switch every fixed front-end at once" in f.reason
+    assert f.verdict == cl.INCONCLUSIVE and "is not the assignment's gap alone" in f.reason
     (f,) = [
         x
         for x in cl.assignment_masking_claim(
@@ -502,6 +502,60 @@ def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
     low = [records[0].assign(correct=records[0]["correct"] & (records[0]["example_id"] < 40))]
     (f,) = [x for x in cl.assignment_masking_claim(low, scope="s", num_classes=4) if "Linf" in x.scope]
     assert f.verdict == cl.INCONCLUSIVE and "under the floor of 50.0%" in f.reason
+
+
+def _two_front_ends(exact: int, bpda: int, assignment: int | None) -> pd.DataFrame:
+    """A wavelet-tokenpool-like model: ``bpda`` switches the mask and the assignment, ``bpda-assignment``
+    (when given) the assignment alone."""
+    spec = {
+        ("exact", "pgd_linf", "pgd", "white-box"): exact,
+        ("bpda", "pgd_linf", "pgd", "white-box"): bpda,
+        ("blocked", "pgd_linf", "pgd", "white-box"): 90,
+    }
+    if assignment is not None:
+        spec[("bpda-assignment", "pgd_linf", "pgd", "white-box")] = assignment
+    return synthetic_records("wavelet-tokenpool", spec)
+
+
+@pytest.mark.parametrize(
+    ("bpda", "assignment", "expected"),
+    [
+        (20, 60, cl.NOT_SUPPORTED),  # the mask masks (BPDA on everything gains), the assignment does not
+        (60, 20, cl.SUPPORTED),  # the converse: only BPDA through the assignment breaks what exact cannot
+        (20, 20, cl.SUPPORTED),  # both
+    ],
+)
+def test_claim5_judges_wavelet_tokenpool_by_the_assignment_mode_alone(bpda, assignment, expected):
+    records = [_two_front_ends(60, bpda, assignment)]
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set(), num_classes=4)
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == expected, f.reason
+    assert "assignment only" in f.measured and "exact vs bpda-assignment" in f.reason
+    table = f.table.set_index("comparison")
+    assert list(table.index) == ["exact − bpda-assignment", "exact − bpda", "blocked − exact"]
+    assert table.loc["exact − bpda-assignment", "diff"] == pytest.approx((60 - assignment) / N)
+    assert table.loc["exact − bpda", "diff"] == pytest.approx((60 - bpda) / N)  # shown, not judged
+
+
+def test_claim5_without_the_assignment_mode_says_which_run_to_make():
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim(
+            [_two_front_ends(60, 20, None)], scope="s", assignment_only=set()
+        )
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.INCONCLUSIVE and "--grad-modes exact,blocked,bpda,bpda-assignment" in f.reason
+    assert "every fixed front-end" in f.measured
+    # one seed without the scoped rows: the seeds cannot be pooled on it, so the fallback decides
+    mixed = [_two_front_ends(60, 20, 20), _two_front_ends(60, 20, None)]
+    (f,) = [
+        x for x in cl.assignment_masking_claim(mixed, scope="s", assignment_only=set()) if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.INCONCLUSIVE
 
 
 def test_assignment_only_models_from_the_recorded_specs():
