@@ -473,7 +473,7 @@ def _robustness_finding(
     if category == vd.MASKING_BUT_ROBUST:
         reason += " (part of the blocked-gradient robustness is masking)"
     if det.get("seed_agreement"):
-        reason += f"; {det['seed_agreement']}"
+        reason += f"; decided on the seeds pooled by image, reached by {det['seed_agreement']} on their own"
     return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows)
 
 
