@@ -610,10 +610,13 @@ def _attribution_verdict(table: pd.DataFrame, low: Sequence[str], zoo: ClaimMode
 
 # ------------------------------------------------------------------------------------------------ claim 4
 def pareto_front(points: pd.DataFrame) -> pd.Series:
-    """True for the points no other point dominates (MACs <= and accuracy >=, one of them strictly)."""
-    macs, acc = points["gmacs"].to_numpy(), points["accuracy"].to_numpy()
-    dominated = [bool(np.any((macs <= m) & (acc >= a) & ((macs < m) | (acc > a)))) for m, a in zip(macs, acc)]
-    return pd.Series([not d for d in dominated], index=points.index)
+    """True for the points no other point dominates by :func:`dominates`, the verdict's rule (no more MACs and
+    an accuracy gain beyond the two seed intervals), so the figure's front is the one the verdict reads. A
+    point within another's noise stays on the front (the data cannot put it behind); without a seed interval
+    (``acc_hw`` NaN, fewer than two seeds) no point dominates, and every point is on it."""
+    rows = [r for _, r in points.iterrows()]
+    dominated = [any(dominates(o, r) for j, o in enumerate(rows) if j != i) for i, r in enumerate(rows)]
+    return pd.Series([not d for d in dominated], index=points.index, dtype=bool)
 
 
 def half_width(sd: float, seeds: int) -> float:

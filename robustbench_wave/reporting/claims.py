@@ -574,13 +574,17 @@ def render_claims(inputs: ClaimInputs, findings: dict[int, list[cl.Finding]], fi
 
 
 def pareto_figures(findings: Sequence[cl.Finding], out_dir: Path) -> dict[str, str]:
-    """One Pareto PNG per claim-4 finding with points, next to claims.md: scope -> relative file name."""
+    """One Pareto PNG per claim-4 finding with points, next to claims.md: scope -> relative file name. The
+    circled front is :func:`claims.pareto_front`'s (the verdict's dominance rule), as the title says."""
     out = {}
     for f in findings:
         if f.table.empty or "gmacs" not in f.table:
             continue
         name = "claims-pareto-" + "".join(ch if ch.isalnum() else "-" for ch in f.scope).strip("-") + ".png"
-        if plot_pareto(f.table, out_dir / name, title=f"Token Pooling — {f.scope}") is not None:
+        title = (
+            f"Token Pooling — {f.scope}\nfront: dominance beyond the seeds' 95% intervals (claim 4's rule)"
+        )
+        if plot_pareto(f.table, out_dir / name, title=title) is not None:
             out[f.scope] = name
     return out
 

@@ -311,9 +311,33 @@ def test_dominance_beyond_the_seeds_interval_by_hand():
     assert not cl.dominates(a, pd.Series({"gmacs": 0.5, "accuracy": 0.5, "acc_hw": hw}))  # more MACs
 
 
-def test_pareto_front_by_hand():
-    pts = pd.DataFrame({"gmacs": [1.0, 2.0, 2.0, 3.0], "accuracy": [0.5, 0.7, 0.6, 0.7]})
-    assert cl.pareto_front(pts).tolist() == [True, True, False, False]
+def test_pareto_front_by_hand_uses_the_verdicts_dominance():
+    # intervals of 1 point each: (2.0, 0.70) dominates (2.0, 0.60) and (3.0, 0.65) beyond the noise; (3.0,
+    # 0.71) is 1 point above (2.0, 0.70), within the 2 points of noise, so neither is behind the other; the
+    # plain rule on means would drop (3.0, 0.70) for its equal accuracy at more MACs: the verdict cannot
+    pts = pd.DataFrame(
+        {
+            "gmacs": [1.0, 2.0, 2.0, 3.0, 3.0, 3.0],
+            "accuracy": [0.5, 0.7, 0.6, 0.65, 0.71, 0.70],
+            "acc_hw": [0.01] * 6,
+        }
+    )
+    front = cl.pareto_front(pts)
+    assert front.tolist() == [True, True, False, False, True, True]
+    for i, on in front.items():  # the front is exactly the points the verdict's rule leaves undominated
+        assert on == (not any(cl.dominates(pts.loc[j], pts.loc[i]) for j in pts.index if j != i))
+    # 0.2 points better on the means: plain dominance would take the point off; beyond-noise does not
+    close = pd.DataFrame({"gmacs": [1.0, 1.0], "accuracy": [0.702, 0.700], "acc_hw": [0.0248, 0.0248]})
+    assert cl.pareto_front(close).tolist() == [True, True]
+    assert cl.pareto_front(close.assign(acc_hw=float("nan"))).tolist() == [True, True]  # no interval
+
+
+def test_claim4_finding_marks_the_front_it_judged():
+    (f,) = cl.tokenpool_claim(_pool_rows(0.702, 3, 3, 0.005))  # within the noise: inconclusive
+    assert f.verdict == cl.INCONCLUSIVE and f.table["pareto"].all()  # nothing dominated beyond the noise
+    (f,) = cl.tokenpool_claim(_pool_rows(0.8, 3, 3, 0.005))
+    front = f.table[f.table["pareto"]]
+    assert f.verdict == cl.SUPPORTED and set(front["method"]) <= set(cl.CLUSTERING)
 
 
 # ------------------------------------------------------------------------------------------------ the report
