@@ -42,3 +42,16 @@ def test_bpda_assignment_records_and_claim5() -> None:
     (f,) = cl.assignment_masking_claim([wavelet], scope="s", assignment_only=set(), threats=("Linf",))
     assert "assignment only" in f.measured and "exact vs bpda-assignment" in f.reason
     assert list(f.table["comparison"]) == ["exact − bpda-assignment", "exact − bpda"]
+
+
+def test_the_attack_command_accepts_the_scoped_mode() -> None:
+    from robustbench_wave.attackrun import parse_grad_modes
+
+    assert parse_grad_modes("exact,blocked,bpda,bpda-assignment") == [
+        "exact",
+        "blocked",
+        "bpda",
+        "bpda-assignment",
+    ]
+    with pytest.raises(ValueError, match="bpda-assignment"):  # the error lists it among the choices
+        parse_grad_modes("exact,bpda-everything")
