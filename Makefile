@@ -51,11 +51,12 @@ headline: $(STAMP)
 	$(BIN)/python -m robustbench_wave.report $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
 		--out $(HEADLINE)/headline-report.md
 
-## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite).
+## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite; the
+## pooled ones also with BPDA through the cluster assignment alone, bpda-assignment, for claim 5).
 tokenpool: $(STAMP)
 	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --out $(OUT)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
-		--suite headline --n-examples 500 --out $(OUT)
+		--suite headline --n-examples 500 --grad-modes exact,blocked,bpda,bpda-assignment --out $(OUT)
 
 ## CIFAR-10 (colour: the wavelet tokenizer's YCbCr / 4:2:0 path): train the four models side by side (one run
 ## per rank), then attack them with AutoAttack's standard suite (L-inf 2/255, 4/255, 8/255; L2 0.25, 0.5) under

@@ -15,8 +15,9 @@ A claims report must be citable, so every verdict here is one of three words, :d
    trade-off than random selection, importance sampling, top-K pruning and grid pooling (a Pareto comparison
    in which a point dominates only beyond the seeds' interval).
 5. :func:`assignment_masking_claim` -- Token Pooling's discrete assignment as a place of gradient masking:
-   exact vs straight-through (BPDA) gradients on the same examples, where the assignment is the only part
-   of the model whose gradient the mode changes.
+   exact vs straight-through (BPDA) gradients through the assignment alone on the same examples (the scoped
+   mode ``bpda-assignment``, every other fixed front-end exact; or ``bpda`` where the assignment is the
+   model's only fixed front-end).
 
 Every paired comparison pools training seeds with the image as the unit (:func:`metrics.paired_over_seeds`)
 and says "not supported" of a difference only by an equivalence test (TOST) within
@@ -47,7 +48,7 @@ from robustbench_wave.evaluation.metrics import (
     robust_flags,
     seed_spread,
 )
-from robustbench_wave.models.frontend import GradMode
+from robustbench_wave.models.frontend import ASSIGNMENT, GradMode, ModeScope
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -472,7 +473,7 @@ def _robustness_finding(
     if category == vd.MASKING_BUT_ROBUST:
         reason += " (part of the blocked-gradient robustness is masking)"
     if det.get("seed_agreement"):
-        reason += f"; {det['seed_agreement']}"
+        reason += f"; decided on the seeds pooled by image, reached by {det['seed_agreement']} on their own"
     return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows)
 
 
@@ -609,10 +610,13 @@ def _attribution_verdict(table: pd.DataFrame, low: Sequence[str], zoo: ClaimMode
 
 # ------------------------------------------------------------------------------------------------ claim 4
 def pareto_front(points: pd.DataFrame) -> pd.Series:
-    """True for the points no other point dominates (MACs <= and accuracy >=, one of them strictly)."""
-    macs, acc = points["gmacs"].to_numpy(), points["accuracy"].to_numpy()
-    dominated = [bool(np.any((macs <= m) & (acc >= a) & ((macs < m) | (acc > a)))) for m, a in zip(macs, acc)]
-    return pd.Series([not d for d in dominated], index=points.index)
+    """True for the points no other point dominates by :func:`dominates`, the verdict's rule (no more MACs and
+    an accuracy gain beyond the two seed intervals), so the figure's front is the one the verdict reads. A
+    point within another's noise stays on the front (the data cannot put it behind); without a seed interval
+    (``acc_hw`` NaN, fewer than two seeds) no point dominates, and every point is on it."""
+    rows = [r for _, r in points.iterrows()]
+    dominated = [any(dominates(o, r) for j, o in enumerate(rows) if j != i) for i, r in enumerate(rows)]
+    return pd.Series([not d for d in dominated], index=points.index, dtype=bool)
 
 
 def half_width(sd: float, seeds: int) -> float:
@@ -719,6 +723,29 @@ def mode_gap(
     return robust_flags(fa, threat, eps), robust_flags(fb, threat, eps)
 
 
+#: The records' name of BPDA through Token Pooling's cluster assignment alone (every other front-end exact).
+BPDA_ASSIGNMENT = ModeScope(GradMode.BPDA, ASSIGNMENT).name
+
+
+def assignment_mode(
+    model: str, rows: Sequence[pd.DataFrame], assignment_only: Collection[str] | None
+) -> tuple[str | None, str]:
+    """The gradient mode whose gap to ``exact`` is the assignment's alone on ``model`` (None: none is), and
+    the reason when none is: ``bpda-assignment`` where every seed recorded it, else ``bpda`` where the Token
+    Pooling layers are the model's only fixed front-end (``assignment_only`` names those; None: not known,
+    taken as so), since there ``bpda`` switches the assignment alone."""
+    if all((r["grad_mode"] == BPDA_ASSIGNMENT).any() for r in rows):
+        return BPDA_ASSIGNMENT, ""
+    if assignment_only is None or model in assignment_only:
+        return GradMode.BPDA.value, ""
+    return None, (
+        f"{model} is not known to have the Token Pooling layer as its only fixed front-end (bpda switches a "
+        f"wavelet tokenizer's mask too) and its runs have no {BPDA_ASSIGNMENT!r} rows, so exact − BPDA is not "
+        f"the assignment's gap alone: attack it with --grad-modes exact,blocked,bpda,{BPDA_ASSIGNMENT} (BPDA through the "
+        "assignment only, every other front-end exact)"
+    )
+
+
 def assignment_masking_claim(
     runs: Sequence[pd.DataFrame],
     *,
@@ -730,48 +757,54 @@ def assignment_masking_claim(
     num_classes: int | None = None,
     zoo: ClaimModels = ZOO,
 ) -> list[Finding]:
-    """Claim 5 per Token Pooling model and threat: exact minus BPDA robust accuracy at the reference budget
-    (seeds pooled with the image as the unit). Masking at the assignment = exact significantly above BPDA
-    (supported); not supported when significantly below or equivalent (TOST within
+    """Claim 5 per Token Pooling model and threat: exact minus BPDA-through-the-assignment robust accuracy at
+    the reference budget (seeds pooled with the image as the unit). Masking at the assignment = exact
+    significantly above BPDA (supported); not supported when significantly below or equivalent (TOST within
     :data:`verdict.EQUIVALENCE_MARGIN`); else inconclusive.
 
-    The gradient modes switch every fixed front-end of a model at once, so the gap is the assignment's only
-    where Token Pooling is the model's one fixed front-end: ``assignment_only`` names those models (None: not
-    known, every pooled model judged); any other pooled model (e.g. a wavelet tokenizer's mask switching
-    with it) is inconclusive, with the reason. The accuracy floor (``num_classes`` given): a model whose
-    clean accuracy is under :func:`verdict.clean_floor` is inconclusive -- with little clean accuracy there
-    is little robustness for either gradient to reveal or hide, so "no gap" would say nothing.
+    The BPDA side is the mode of :func:`assignment_mode`: ``bpda-assignment`` (the assignment alone, any
+    model), or ``bpda`` on a model whose only fixed front-end is Token Pooling (``assignment_only``); a model
+    with neither (e.g. ``wavelet-tokenpool`` attacked without ``bpda-assignment``) is inconclusive, with the
+    reason. The accuracy floor (``num_classes`` given): a model whose clean accuracy is under
+    :func:`verdict.clean_floor` is inconclusive -- with little clean accuracy there is little robustness for
+    either gradient to reveal or hide, so "no gap" would say nothing.
     Token Pooling models: those named in ``pooled`` (their specs have a ``[tokenpool]`` table) and any
     model whose name holds :attr:`ClaimModels.pooled_marker`."""
     models = sorted({m for r in runs for m in r["model"].unique() if zoo.pooled_marker in m or m in pooled})
     out = []
     for model, threat in [(m, t) for m in models for t in threats]:
         rows = [r[r["model"] == model] for r in runs]
-        eps = reference_eps(rows[0], threat)
-        pairs = (
-            [mode_gap(r, threat, eps, GradMode.EXACT.value, GradMode.BPDA.value) for r in rows] if eps else []
-        )
-        if not pairs or any(p is None for p in pairs):
-            continue
-        p = paired_over_seeds([x for x in pairs if x is not None])
-        blocked = [mode_gap(r, threat, eps, GradMode.BLOCKED.value, GradMode.EXACT.value) for r in rows]
-        table = _mode_table(p, blocked)
-        measured = (
-            f"exact − BPDA {_pts(p.diff)} {fmt.interval(p.ci_low, p.ci_high)}, p = {p.p_value:.2g} ({p.unit})"
-        )
-        why_not = _masking_unjudged(model, rows, assignment_only, num_classes)
-        verdict = (INCONCLUSIVE, why_not) if why_not else _masking_verdict(p)
-        out.append(
-            Finding(
-                5,
-                f"{scope} · {model} · {threat} ε = {eps:.4g}",
-                measured,
-                *verdict,
-                table,
-                _masking_notes(model, diagnostics_failures),
-            )
-        )
+        found = _masking_finding(rows, model, threat, assignment_only, num_classes)
+        if found is not None:
+            found.scope = f"{scope} · {model} · {found.scope}"
+            found.notes = _masking_notes(model, diagnostics_failures)
+            out.append(found)
     return out
+
+
+def _masking_finding(
+    rows: Sequence[pd.DataFrame],
+    model: str,
+    threat: str,
+    assignment_only: Collection[str] | None,
+    num_classes: int | None,
+) -> Finding | None:
+    """Claim 5 on one model and threat (None: a mode has no rows at the reference budget)."""
+    eps = reference_eps(rows[0], threat)
+    mode, why_not = assignment_mode(model, rows, assignment_only)
+    side = mode or GradMode.BPDA.value  # unjudged: still show exact − bpda (every front-end)
+    pairs = [mode_gap(r, threat, eps, GradMode.EXACT.value, side) for r in rows] if eps else []
+    if not pairs or any(p is None for p in pairs):
+        return None
+    p = paired_over_seeds([x for x in pairs if x is not None])
+    table = _mode_table(rows, threat, eps, side, p)
+    label = "BPDA (assignment only)" if mode else "BPDA (every fixed front-end)"
+    measured = (
+        f"exact − {label} {_pts(p.diff)} {fmt.interval(p.ci_low, p.ci_high)}, p = {p.p_value:.2g} ({p.unit})"
+    )
+    why_not = why_not or _below_floor_reason(rows, num_classes)
+    verdict = (INCONCLUSIVE, why_not) if why_not else _masking_verdict(p, side)
+    return Finding(5, f"{threat} ε = {eps:.4g}", measured, *verdict, table)
 
 
 def _masking_notes(model: str, failures: Mapping[str, Mapping[str, Sequence[str]]] | None) -> list[str]:
@@ -781,18 +814,8 @@ def _masking_notes(model: str, failures: Mapping[str, Mapping[str, Sequence[str]
     )
 
 
-def _masking_unjudged(
-    model: str, rows: Sequence[pd.DataFrame], assignment_only: Collection[str] | None, num_classes: int | None
-) -> str:
-    """Why claim 5 cannot be judged on ``model`` ("" when it can): another fixed front-end switches with the
-    assignment, or the clean accuracy is under the floor."""
-    if assignment_only is not None and model not in assignment_only:
-        return (
-            f"{model} is not known to have the Token Pooling layer as its only fixed front-end, and the gradient "
-            "modes switch every fixed front-end at once (a wavelet tokenizer's mask too), so exact − BPDA is not "
-            "the assignment's gap alone: judge a model whose only fixed front-end is the Token Pooling layer "
-            "(e.g. patch-tokenpool)"
-        )
+def _below_floor_reason(rows: Sequence[pd.DataFrame], num_classes: int | None) -> str:
+    """Why the clean accuracy (mean over seeds) leaves claim 5 undecided ("" when it does not)."""
     if num_classes is None:
         return ""
     floor = vd.clean_floor(num_classes)
@@ -821,19 +844,25 @@ def _comparison_row(name: str, p: PairedComparison) -> dict[str, Any]:
     }
 
 
-def _mode_table(p: PairedComparison, blocked: Sequence[tuple[pd.Series, pd.Series] | None]) -> pd.DataFrame:
-    rows = [_comparison_row("exact − bpda", p)]
-    if blocked and all(b is not None for b in blocked):
-        rows.append(
-            _comparison_row("blocked − exact", paired_over_seeds([b for b in blocked if b is not None]))
-        )
-    return pd.DataFrame(rows)
+def _mode_table(
+    rows: Sequence[pd.DataFrame], threat: str, eps: float, side: str, p: PairedComparison
+) -> pd.DataFrame:
+    """The judged comparison first, then the other recorded ones (exact − bpda when bpda-assignment is
+    judged, blocked − exact), each pooled over the seeds that have it."""
+    out = [_comparison_row(f"exact − {side}", p)]
+    others = [(GradMode.EXACT.value, GradMode.BPDA.value), (GradMode.BLOCKED.value, GradMode.EXACT.value)]
+    for a, b in others:
+        pairs = [mode_gap(r, threat, eps, a, b) for r in rows]
+        if (a, b) != (GradMode.EXACT.value, side) and pairs and all(x is not None for x in pairs):
+            out.append(_comparison_row(f"{a} − {b}", paired_over_seeds([x for x in pairs if x is not None])))
+    return pd.DataFrame(out)
 
 
-def _masking_verdict(p: PairedComparison) -> tuple[str, str]:
+def _masking_verdict(p: PairedComparison, side: str) -> tuple[str, str]:
     test = "exact McNemar" if p.n_seeds == 1 else "exact sign-flip test over images"
     words = (
-        f"{test} p = {p.p_value:.2g} on {p.only_a} + {p.only_b} discordant of {p.n_pairs} pairs ({p.unit})"
+        f"exact vs {side}: {test} p = {p.p_value:.2g} on {p.only_a} + {p.only_b} discordant of {p.n_pairs} "
+        f"pairs ({p.unit})"
     )
     if p.p_value < ALPHA:
         return (

@@ -430,14 +430,15 @@ def _undecided(base: str, paired: PairedComparison, settings: VerdictSettings) -
     )
 
 
-def _seed_majority(
+def _seed_categories(
     per_seed: Sequence[tuple[pd.DataFrame, FlagPair | None]],
     cand: str,
     base: str | None,
     chance: float,
     settings: VerdictSettings,
-) -> tuple[str, int, int] | None:
-    """(category most seeds agree on, its count, seeds judged), or None with fewer than two seeds."""
+) -> list[str]:
+    """Each seed's category on its own (that seed's numbers and its own paired comparison), for the seeds
+    that have the candidate (and the baseline)."""
     cats = []
     for p, paired in per_seed:
         c_row = p[p["model"] == cand]
@@ -445,13 +446,11 @@ def _seed_majority(
         if c_row.empty or (b_row is not None and b_row.empty):
             continue
         b = {"model": base, **b_row.iloc[0].to_dict()} if b_row is not None else None
-        one = pooled([paired])
-        cat = categorize(c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=one)
-        cats.append(cat["category"])
-    if len(cats) < 2:
-        return None
-    counts = pd.Series(cats).value_counts()
-    return str(counts.index[0]), int(counts.iloc[0]), len(cats)
+        cat = categorize(
+            c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=pooled([paired])
+        )
+        cats.append(str(cat["category"]))
+    return cats
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -511,19 +510,21 @@ def _judge_candidate(
     chance: float,
     settings: VerdictSettings,
 ) -> dict[str, Any]:
-    """One candidate's category: on the seeds pooled with the image as the unit (:func:`pooled`: every
-    seed attacked the same images), then, with two or more seeds, the category most seeds agree on, and
-    the spread of the per-seed paired differences (mean ± sd)."""
+    """One candidate's category, decided on the seeds pooled with the image as the unit (:func:`pooled`:
+    every seed attacked the same images, so this is the one comparison with the right unit). With two or
+    more seeds the per-seed categories are reported beside it -- ``seed_categories`` and ``seed_agreement``
+    ("k/n seeds": how many reach the pooled category on their own) -- and never replace it: a majority of
+    per-seed tests on a third of the data each can be undecided where the pooled test decides, or decide
+    where it cannot. Also the spread of the per-seed paired differences (mean ± sd)."""
     base_name = base["model"] if base else None
     cat = categorize(cand, base, chance=chance, settings=settings, paired=pooled(pairs))
     per_seed = [(p, pair) for (p, _), pair in zip(seeded, pairs)]
-    majority = _seed_majority(per_seed, str(cand["model"]), base_name, chance, settings)
-    if majority is None:
+    seed_cats = _seed_categories(per_seed, str(cand["model"]), base_name, chance, settings)
+    if len(seed_cats) < 2:
         return cat
-    cat["category"], agree, judged = majority
-    cat["seed_agreement"] = f"{agree}/{judged} seeds"
-    if cat["category"] == INCONCLUSIVE and "inconclusive_reason" not in cat:
-        cat["inconclusive_reason"] = f"{agree} of {judged} training seeds are inconclusive on their own"
+    agree = sum(c == cat["category"] for c in seed_cats)
+    cat["seed_categories"] = seed_cats
+    cat["seed_agreement"] = f"{agree}/{len(seed_cats)} seeds"
     one_seed = [pooled([p]) for p in pairs]
     diffs = seed_spread([p.diff for p in one_seed if p is not None])
     if diffs.n_seeds > 1:
@@ -571,8 +572,8 @@ def judge(
     self_transfer: Collection[str] = (),
 ) -> Judgement:
     """The judgement at each threat's reference eps.  ``records`` may be a list (one frame per training
-    seed): numbers then combine into mean ± standard deviation and the category is the one most seeds
-    agree on.
+    seed): numbers then combine into mean ± standard deviation and the category is decided on the seeds
+    pooled with the image as the unit, each seed's own category reported beside it (``seed_agreement``).
 
     ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``energy.describe_energy``);
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free

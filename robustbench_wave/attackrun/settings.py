@@ -15,10 +15,11 @@ from typing import Any
 
 from robustbench_wave import runfolder
 from robustbench_wave.attacks import Suite, load_suite
-from robustbench_wave.evaluation import ALL_MODES, EvalSettings
+from robustbench_wave.evaluation import EvalSettings
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotMode, EotSettings
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import ExternalSpec, is_external
+from robustbench_wave.models.frontend import MODE_NAMES
 
 #: ``--surrogate`` value that skips the transfer attack.
 NO_SURROGATE = "none"
@@ -126,13 +127,14 @@ def select_suite(suite: str, attacks: str | None) -> Suite:
 
 
 def parse_grad_modes(text: str) -> list[str]:
-    """The comma-separated gradient modes, each one of ``ALL_MODES``."""
+    """The comma-separated gradient modes, each one of ``MODE_NAMES`` (the three modes and the scoped ones,
+    e.g. ``bpda-assignment``)."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     if not modes:
-        raise ValueError(f"--grad-modes {text!r} names no gradient mode; choose from {ALL_MODES}")
-    bad = sorted(set(modes) - set(ALL_MODES))
+        raise ValueError(f"--grad-modes {text!r} names no gradient mode; choose from {list(MODE_NAMES)}")
+    bad = sorted(set(modes) - set(MODE_NAMES))
     if bad:
-        raise ValueError(f"unknown --grad-modes {bad}; choose from {ALL_MODES}")
+        raise ValueError(f"unknown --grad-modes {bad}; choose from {list(MODE_NAMES)}")
     return modes
 
 

@@ -17,7 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_wave.models.frontend import GradMode, grad_mode, is_zero_gradient_node, supported_grad_modes
+from robustbench_wave.models.frontend import (
+    grad_mode,
+    is_zero_gradient_node,
+    offered_modes,
+    parse_mode,
+    supported_grad_modes,
+)
 
 
 @contextlib.contextmanager
@@ -115,14 +121,15 @@ def modes_for(model: nn.Module, grad_modes: Sequence[str] | None = None) -> list
     """The gradient modes a model is evaluated under: ``grad_modes`` as given, else the ones it offers (all
     three with a fixed front-end, exact and bpda with automatic BPDA, else only exact)."""
     if grad_modes is not None:
-        return [GradMode.parse(m).value for m in grad_modes]
+        return [parse_mode(m).name for m in grad_modes]
     return supported_grad_modes(model)
 
 
 def mode_context(model: nn.Module, mode: str) -> contextlib.AbstractContextManager:
-    """``grad_mode(model, mode)`` for a mode the model offers (:func:`supported_grad_modes`); ValueError else."""
-    offered = supported_grad_modes(model)
-    if GradMode.parse(mode).value not in offered:
+    """``grad_mode(model, mode)`` for a mode the model offers (:func:`offered_modes`: a scoped one such as
+    ``bpda-assignment`` too); ValueError else."""
+    offered = offered_modes(model)
+    if parse_mode(mode).name not in offered:
         raise ValueError(f"the model offers grad modes {offered} only (got {mode!r})")
     return grad_mode(model, mode)
 

@@ -84,7 +84,7 @@ from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
 from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
-from robustbench_wave.models.frontend import GradMode, grad_mode, supported_grad_modes
+from robustbench_wave.models.frontend import MODE_NAMES, GradMode, grad_mode, offered_modes, parse_mode
 
 log = logging.getLogger(__name__)
 ALL_MODES = [m.value for m in GradMode]
@@ -116,11 +116,13 @@ class _Run:
 
 
 def resolve_grad_modes(model: nn.Module, grad_modes: Sequence[str] | None) -> list[str]:
-    """Modes to evaluate: those asked for (default all) that the model offers (``supported_grad_modes``: all
-    three with a fixed front-end, exact and bpda with automatic BPDA, else exact), 'exact' when none is."""
-    offered = supported_grad_modes(model)
-    asked = [GradMode.parse(m).value for m in (grad_modes or ALL_MODES)]
-    modes = [m for m in ALL_MODES if m in asked and m in offered]
+    """Modes to evaluate: those asked for (default all three) that the model offers (``supported_grad_modes``:
+    all three with a fixed front-end, exact and bpda with automatic BPDA, else exact; a scoped mode such as
+    ``bpda-assignment`` only when asked for and the model has a switch of its kind, ``offered_modes``),
+    'exact' when none is."""
+    offered = offered_modes(model)
+    asked = [parse_mode(m).name for m in (grad_modes or ALL_MODES)]
+    modes = [m for m in MODE_NAMES if m in asked and m in offered]
     if grad_modes and set(asked) - set(offered):
         log.info(
             "model offers grad modes %s only: not evaluating %s", offered, sorted(set(asked) - set(offered))

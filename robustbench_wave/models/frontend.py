@@ -15,12 +15,20 @@ operations of zero or missing gradient (rounding, thresholds, integer casts) get
 modes from :class:`robustbench_wave.models.autobpda.AutoBPDA` instead. Both are :class:`GradModeSwitch`es:
 :func:`grad_mode` switches all of them in a model at once and restores the previous modes even when an attack
 raises, and :func:`supported_grad_modes` says which modes a model offers.
+
+A model with two kinds of fixed front-end (``wavelet-tokenpool``: the wavelet mask and Token Pooling's cluster
+assignment) needs one switched while the other stays exact, or exact − BPDA mixes both gaps. Each switch
+names its ``kind``; ``grad_mode(model, mode, only=KIND)`` switches the switches of that kind and leaves every
+other one exact, and the *scoped* mode names of :data:`SCOPED_MODES` (``bpda-assignment``) say the same in
+records and on the command line. They are never evaluated unless asked for (the default modes stay the three
+above), so no existing record changes.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
 
 import torch
@@ -69,10 +77,58 @@ def is_zero_gradient_node(node: object) -> bool:
     return getattr(node, "_forward_cls", None) is _ZeroGradient
 
 
+#: The kind of Token Pooling's cluster assignment (:attr:`GradModeSwitch.kind`).
+ASSIGNMENT = "assignment"
+
+#: Gradient modes scoped to one kind of switch, by the name records and ``--grad-modes`` use: the mode on
+#: the switches of that kind, exact on every other one. ``bpda-assignment``: BPDA through Token Pooling's
+#: cluster assignment alone, the one comparison with ``exact`` that isolates the assignment's gradient.
+SCOPED_MODES: dict[str, tuple[GradMode, str]] = {
+    f"{GradMode.BPDA.value}-{ASSIGNMENT}": (GradMode.BPDA, ASSIGNMENT)
+}
+
+#: Every gradient mode name: the three modes of every switch, then the scoped ones.
+MODE_NAMES: tuple[str, ...] = (*(m.value for m in GradMode), *SCOPED_MODES)
+
+
+@dataclass(frozen=True)
+class ModeScope:
+    """A backward rule and the kind of switch it applies to (None: every switch)."""
+
+    mode: GradMode
+    only: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The name records use: the mode's value, or its :data:`SCOPED_MODES` name."""
+        if self.only is None:
+            return self.mode.value
+        for name, scoped in SCOPED_MODES.items():
+            if scoped == (self.mode, self.only):
+                return name
+        return f"{self.mode.value}-{self.only}"
+
+
+def parse_mode(name: str | GradMode, only: str | None = None) -> ModeScope:
+    """``name`` (a :class:`GradMode` or a :data:`SCOPED_MODES` name) and ``only`` as one :class:`ModeScope`;
+    ValueError for an unknown name or a scoped name whose kind contradicts ``only``."""
+    if isinstance(name, str) and name in SCOPED_MODES:
+        mode, kind = SCOPED_MODES[name]
+        if only is not None and only != kind:
+            raise ValueError(f"gradient mode {name!r} is scoped to {kind!r}; drop only={only!r}")
+        return ModeScope(mode, kind)
+    try:
+        return ModeScope(GradMode(name), only)
+    except ValueError:
+        raise ValueError(f"unknown gradient mode {name!r}; choose one of: {', '.join(MODE_NAMES)}") from None
+
+
 class GradModeSwitch(nn.Module):
-    """A module whose backward rule :func:`grad_mode` switches; ``modes`` are the rules it offers."""
+    """A module whose backward rule :func:`grad_mode` switches; ``modes`` are the rules it offers, ``kind``
+    the name a scoped mode (``grad_mode(..., only=kind)``, :data:`SCOPED_MODES`) selects it by ("": none)."""
 
     modes: tuple[GradMode, ...] = tuple(GradMode)
+    kind: str = ""
 
     def __init__(self) -> None:
         super().__init__()
@@ -123,27 +179,48 @@ def grad_switches(model: nn.Module) -> list[GradModeSwitch]:
 
 def supported_grad_modes(model: nn.Module) -> list[str]:
     """The gradient modes ``model`` offers, in :class:`GradMode` order: every one with a fixed front-end,
-    ``exact`` and ``bpda`` with automatic BPDA (:mod:`.autobpda`), else ``exact`` only."""
+    ``exact`` and ``bpda`` with automatic BPDA (:mod:`.autobpda`), else ``exact`` only. Scoped modes are not
+    listed (they run only when asked for): :func:`offered_modes`."""
     offered = {m for s in grad_switches(model) for m in s.modes} | {GradMode.EXACT}
     return [m.value for m in GradMode if m in offered]
 
 
+def offered_modes(model: nn.Module) -> list[str]:
+    """:func:`supported_grad_modes` and the :data:`SCOPED_MODES` the model has a switch of that kind for."""
+    switches = grad_switches(model)
+    scoped = [n for n, (m, kind) in SCOPED_MODES.items() if any(_selects(s, m, kind) for s in switches)]
+    return [*supported_grad_modes(model), *scoped]
+
+
+def _selects(switch: GradModeSwitch, mode: GradMode, only: str | None) -> bool:
+    return mode in switch.modes and (only is None or switch.kind == only)
+
+
 @contextlib.contextmanager
-def grad_mode(model: nn.Module, mode: str | GradMode) -> Iterator[nn.Module]:
+def grad_mode(model: nn.Module, mode: str | GradMode, *, only: str | None = None) -> Iterator[nn.Module]:
     """Set the backward rule of every switch in ``model`` for the duration of the block (a switch that does
     not offer ``mode`` stays exact); a mode no switch of the model offers is refused (ValueError), and a model
-    without switches always runs exact."""
-    mode = GradMode.parse(mode)
+    without switches always runs exact.
+
+    ``only`` (or a scoped name of :data:`SCOPED_MODES`, e.g. ``"bpda-assignment"``) limits the mode to the
+    switches of that ``kind``: every other switch runs exact. A model without a switch of that kind offering
+    the mode is refused, since the "scoped" run would silently be the exact one."""
+    scope = parse_mode(mode, only)
     modules = grad_switches(model)
-    if modules and mode.value not in supported_grad_modes(model):
+    if scope.only is not None and not any(_selects(m, scope.mode, scope.only) for m in modules):
         raise ValueError(
-            f"the model offers grad modes {supported_grad_modes(model)}, not {mode.value!r} "
+            f"gradient mode {scope.name!r} needs a fixed front-end of kind {scope.only!r} offering "
+            f"{scope.mode.value!r}; this model's switches: {sorted({m.kind or type(m).__name__ for m in modules})}"
+        )
+    if modules and scope.mode.value not in supported_grad_modes(model):
+        raise ValueError(
+            f"the model offers grad modes {supported_grad_modes(model)}, not {scope.mode.value!r} "
             "(blocked needs a FixedFrontEnd sub-module, models/external.py's docstring)"
         )
     previous = [m.grad_mode for m in modules]
     try:
         for m in modules:
-            m.grad_mode = mode if mode in m.modes else GradMode.EXACT
+            m.grad_mode = scope.mode if _selects(m, scope.mode, scope.only) else GradMode.EXACT
         yield model
     finally:
         for m, old in zip(modules, previous):

@@ -39,6 +39,11 @@ layer is a :class:`~robustbench_wave.frontend.FixedFrontEnd` whose backward rule
   have no smooth surrogate (grid pooling is linear; the others select by a score that carries no gradient
   to the values), so for them ``bpda`` equals ``exact``.
 
+Every pooling layer is of kind ``"assignment"`` (:data:`~robustbench_wave.models.frontend.ASSIGNMENT`), so
+the scoped mode ``bpda-assignment`` (``grad_mode(model, "bpda", only="assignment")``) switches the assignment
+alone while another fixed front-end of the model (a wavelet tokenizer's mask) stays exact: exact minus
+``bpda-assignment`` is then the assignment's gradient gap and nothing else (claim 5).
+
 Randomness: ``random``, ``importance`` and ``init = "random"`` draw fresh per-example noise from the global
 RNG in training mode.  In eval mode they use a generator seeded by ``(seed, layer)`` and one noise vector
 shared by every example, so the model is a deterministic function of each input, independent of batch
@@ -61,7 +66,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from robustbench_wave.models.frontend import FixedFrontEnd, GradMode
+from robustbench_wave.models.frontend import ASSIGNMENT, FixedFrontEnd, GradMode
 
 log = logging.getLogger(__name__)
 
@@ -442,6 +447,8 @@ class TokenPooling(FixedFrontEnd):
     ``forward`` does not fit: the significance comes from the preceding block) and honours ``grad_mode``
     as described in the module docstring.  A sequence already at or below ``keep`` passes unchanged.
     """
+
+    kind = ASSIGNMENT  # what a scoped gradient mode (``bpda-assignment``) selects
 
     def __init__(
         self,

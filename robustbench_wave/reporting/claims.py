@@ -352,7 +352,8 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
 
 
 def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
-    """Claim 5 on every group of attack runs: exact vs BPDA gradients of its Token Pooling models."""
+    """Claim 5 on every group of attack runs: exact vs BPDA gradients through the assignment alone of its
+    Token Pooling models (``bpda-assignment`` rows, or ``bpda`` where pooling is the only fixed front-end)."""
 
     def find(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
         records = [r.records for r in group]
@@ -370,9 +371,10 @@ def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
 
 
 def assignment_only_models(group: Sequence[RunFolder]) -> set[str]:
-    """The pooled models (:func:`pooled_models`) whose only gradient-mode switches are Token Pooling layers:
-    built from the spec recorded in meta.json for the run's data set (no weights needed). A model that cannot
-    be built from what meta.json records is left out (not known to switch the assignment alone)."""
+    """The pooled models (:func:`pooled_models`) whose only gradient-mode switches are Token Pooling layers,
+    on which ``bpda`` switches the assignment alone (claim 5's fallback for runs without ``bpda-assignment``
+    rows): built from the spec recorded in meta.json for the run's data set (no weights needed). A model that
+    cannot be built from what meta.json records is left out (not known to switch the assignment alone)."""
     out = set()
     for run in group:
         for name, entry in (run.meta.get("models") or {}).items():
@@ -484,11 +486,13 @@ CLAIMS: dict[int, Claim] = {
             short="assignment masks gradients",
             source="Marin et al., WACV 2023; masking as in Athalye et al. 2018",
             command="make tokenpool",
-            then=" (pooled models under exact, blocked and BPDA gradients), then pass --runs <its run>",
-            rule="Per pooled model whose only fixed front-end is the Token Pooling layer (on another, e.g. a wavelet "
-            "tokenizer's, the gradient modes switch its mask too: inconclusive), with clean accuracy at or above "
-            "the verdict's floor (chance plus a third of the way to 100%): robust under every attack with exact "
-            "gradients vs with BPDA (straight-through) gradients, paired on the same images, seeds pooled with the "
+            then=" (pooled models under exact, blocked, BPDA and assignment-only BPDA gradients: "
+            "--grad-modes exact,blocked,bpda,bpda-assignment), then pass --runs <its run>",
+            rule="Per pooled model with clean accuracy at or above the verdict's floor (chance plus a third of the way "
+            "to 100%): robust under every attack with exact gradients vs with BPDA (straight-through) gradients "
+            "through the cluster assignment alone (mode bpda-assignment: every other fixed front-end, e.g. a wavelet "
+            "tokenizer's mask, exact; or mode bpda where the Token Pooling layer is the model's only fixed "
+            "front-end; a model with neither is inconclusive), paired on the same images, seeds pooled with the "
             "image as the unit. Supported when exact is significantly above BPDA (α = {alpha}); not supported when "
             "significantly below, or within ±{margin} by two one-sided tests (the {tost_level} interval inside the "
             "margin); else inconclusive.",
@@ -570,13 +574,17 @@ def render_claims(inputs: ClaimInputs, findings: dict[int, list[cl.Finding]], fi
 
 
 def pareto_figures(findings: Sequence[cl.Finding], out_dir: Path) -> dict[str, str]:
-    """One Pareto PNG per claim-4 finding with points, next to claims.md: scope -> relative file name."""
+    """One Pareto PNG per claim-4 finding with points, next to claims.md: scope -> relative file name. The
+    circled front is :func:`claims.pareto_front`'s (the verdict's dominance rule), as the title says."""
     out = {}
     for f in findings:
         if f.table.empty or "gmacs" not in f.table:
             continue
         name = "claims-pareto-" + "".join(ch if ch.isalnum() else "-" for ch in f.scope).strip("-") + ".png"
-        if plot_pareto(f.table, out_dir / name, title=f"Token Pooling — {f.scope}") is not None:
+        title = (
+            f"Token Pooling — {f.scope}\nfront: dominance beyond the seeds' 95% intervals (claim 4's rule)"
+        )
+        if plot_pareto(f.table, out_dir / name, title=title) is not None:
             out[f.scope] = name
     return out
 

@@ -89,7 +89,10 @@ def _candidate_paragraph(c: CandidateJudgement, gap_tol: float) -> str:
     text = _sentence(c.cand, c.base, c.facts, c.spread)
     facts = c.facts
     if "seed_agreement" in facts:
-        text += f" ({c.n_seeds} training seeds, mean ± sd; category in {facts['seed_agreement']}"
+        text += (
+            f" ({c.n_seeds} training seeds, mean ± sd; category decided on the seeds pooled by image, "
+            f"reached by {facts['seed_agreement']} on their own"
+        )
         if "seed_diff_mean" in facts:
             diff = points(facts["seed_diff_mean"], facts["seed_diff_sd"])
             text += f"; paired difference to the baseline {diff} over the seeds"

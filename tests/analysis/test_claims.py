@@ -311,9 +311,33 @@ def test_dominance_beyond_the_seeds_interval_by_hand():
     assert not cl.dominates(a, pd.Series({"gmacs": 0.5, "accuracy": 0.5, "acc_hw": hw}))  # more MACs
 
 
-def test_pareto_front_by_hand():
-    pts = pd.DataFrame({"gmacs": [1.0, 2.0, 2.0, 3.0], "accuracy": [0.5, 0.7, 0.6, 0.7]})
-    assert cl.pareto_front(pts).tolist() == [True, True, False, False]
+def test_pareto_front_by_hand_uses_the_verdicts_dominance():
+    # intervals of 1 point each: (2.0, 0.70) dominates (2.0, 0.60) and (3.0, 0.65) beyond the noise; (3.0,
+    # 0.71) is 1 point above (2.0, 0.70), within the 2 points of noise, so neither is behind the other; the
+    # plain rule on means would drop (3.0, 0.70) for its equal accuracy at more MACs: the verdict cannot
+    pts = pd.DataFrame(
+        {
+            "gmacs": [1.0, 2.0, 2.0, 3.0, 3.0, 3.0],
+            "accuracy": [0.5, 0.7, 0.6, 0.65, 0.71, 0.70],
+            "acc_hw": [0.01] * 6,
+        }
+    )
+    front = cl.pareto_front(pts)
+    assert front.tolist() == [True, True, False, False, True, True]
+    for i, on in front.items():  # the front is exactly the points the verdict's rule leaves undominated
+        assert on == (not any(cl.dominates(pts.loc[j], pts.loc[i]) for j in pts.index if j != i))
+    # 0.2 points better on the means: plain dominance would take the point off; beyond-noise does not
+    close = pd.DataFrame({"gmacs": [1.0, 1.0], "accuracy": [0.702, 0.700], "acc_hw": [0.0248, 0.0248]})
+    assert cl.pareto_front(close).tolist() == [True, True]
+    assert cl.pareto_front(close.assign(acc_hw=float("nan"))).tolist() == [True, True]  # no interval
+
+
+def test_claim4_finding_marks_the_front_it_judged():
+    (f,) = cl.tokenpool_claim(_pool_rows(0.702, 3, 3, 0.005))  # within the noise: inconclusive
+    assert f.verdict == cl.INCONCLUSIVE and f.table["pareto"].all()  # nothing dominated beyond the noise
+    (f,) = cl.tokenpool_claim(_pool_rows(0.8, 3, 3, 0.005))
+    front = f.table[f.table["pareto"]]
+    assert f.verdict == cl.SUPPORTED and set(front["method"]) <= set(cl.CLUSTERING)
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -489,7 +513,7 @@ def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
     (f,) = [
         x for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set()) if "Linf" in x.scope
     ]
-    assert f.verdict == cl.INCONCLUSIVE and "switch every fixed front-end at once" in f.reason
+    assert f.verdict == cl.INCONCLUSIVE and "is not the assignment's gap alone" in f.reason
     (f,) = [
         x
         for x in cl.assignment_masking_claim(
@@ -502,6 +526,60 @@ def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
     low = [records[0].assign(correct=records[0]["correct"] & (records[0]["example_id"] < 40))]
     (f,) = [x for x in cl.assignment_masking_claim(low, scope="s", num_classes=4) if "Linf" in x.scope]
     assert f.verdict == cl.INCONCLUSIVE and "under the floor of 50.0%" in f.reason
+
+
+def _two_front_ends(exact: int, bpda: int, assignment: int | None) -> pd.DataFrame:
+    """A wavelet-tokenpool-like model: ``bpda`` switches the mask and the assignment, ``bpda-assignment``
+    (when given) the assignment alone."""
+    spec = {
+        ("exact", "pgd_linf", "pgd", "white-box"): exact,
+        ("bpda", "pgd_linf", "pgd", "white-box"): bpda,
+        ("blocked", "pgd_linf", "pgd", "white-box"): 90,
+    }
+    if assignment is not None:
+        spec[("bpda-assignment", "pgd_linf", "pgd", "white-box")] = assignment
+    return synthetic_records("wavelet-tokenpool", spec)
+
+
+@pytest.mark.parametrize(
+    ("bpda", "assignment", "expected"),
+    [
+        (20, 60, cl.NOT_SUPPORTED),  # the mask masks (BPDA on everything gains), the assignment does not
+        (60, 20, cl.SUPPORTED),  # the converse: only BPDA through the assignment breaks what exact cannot
+        (20, 20, cl.SUPPORTED),  # both
+    ],
+)
+def test_claim5_judges_wavelet_tokenpool_by_the_assignment_mode_alone(bpda, assignment, expected):
+    records = [_two_front_ends(60, bpda, assignment)]
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set(), num_classes=4)
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == expected, f.reason
+    assert "assignment only" in f.measured and "exact vs bpda-assignment" in f.reason
+    table = f.table.set_index("comparison")
+    assert list(table.index) == ["exact − bpda-assignment", "exact − bpda", "blocked − exact"]
+    assert table.loc["exact − bpda-assignment", "diff"] == pytest.approx((60 - assignment) / N)
+    assert table.loc["exact − bpda", "diff"] == pytest.approx((60 - bpda) / N)  # shown, not judged
+
+
+def test_claim5_without_the_assignment_mode_says_which_run_to_make():
+    (f,) = [
+        x
+        for x in cl.assignment_masking_claim(
+            [_two_front_ends(60, 20, None)], scope="s", assignment_only=set()
+        )
+        if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.INCONCLUSIVE and "--grad-modes exact,blocked,bpda,bpda-assignment" in f.reason
+    assert "every fixed front-end" in f.measured
+    # one seed without the scoped rows: the seeds cannot be pooled on it, so the fallback decides
+    mixed = [_two_front_ends(60, 20, 20), _two_front_ends(60, 20, None)]
+    (f,) = [
+        x for x in cl.assignment_masking_claim(mixed, scope="s", assignment_only=set()) if "Linf" in x.scope
+    ]
+    assert f.verdict == cl.INCONCLUSIVE
 
 
 def test_assignment_only_models_from_the_recorded_specs():

@@ -403,3 +403,25 @@ def test_cumulative_and_self_transfer_numbers_say_what_they_are():
     assert "40.0% (cum.)" in md and "20.0% (white-box restart)" in md and NUMBERS_NOTE in md
     plain = verdict(records.assign(attacked=True), num_classes=4, threats=("Linf",))
     assert "cumulative" not in plain.text and "white-box restart" not in plain.text
+
+
+def test_pooled_comparison_decides_and_the_seeds_agreement_stands_beside_it():
+    """Seeds keep 9, 12 and 6 of 30 images (the baseline 4): on its own only the second seed is significant
+    (8 discordant pairs), the others are undecided, so a per-seed majority would say inconclusive. Pooled by
+    image, the 8 images that differ all favour the candidate (d = 3, 3, 2, 2, 2, 1, 1, 1): the exact
+    sign-flip test gives p = 2 / 2^8, significant, and the pooled category stands."""
+    runs = [
+        pd.concat(
+            [
+                synthetic_records("w", masking_spec(blocked=k, exact=k, bpda=k, square=k, transfer=k), n=30),
+                synthetic_records("p", baseline_spec(pgd=4, square=4), n=30),
+            ]
+        )
+        for k in (9, 12, 6)
+    ]
+    v = verdict(runs, num_classes=4, threats=("Linf",), seeds=[0, 1, 2])
+    d = v.details["w@Linf"]
+    assert d["p_value"] == pytest.approx(2 / 2**8) and d["unit"] == "30 images × 3 seeds"
+    assert v.categories == {"w@Linf": ROBUST}
+    assert d["seed_categories"] == [INCONCLUSIVE, ROBUST, INCONCLUSIVE] and d["seed_agreement"] == "1/3 seeds"
+    assert "category decided on the seeds pooled by image, reached by 1/3 seeds on their own" in v.text

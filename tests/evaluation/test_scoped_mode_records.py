@@ -1,0 +1,57 @@
+"""Records of the scoped gradient mode ``bpda-assignment``, end to end through ``evaluate`` and claim 5.
+
+Oracle: on ``patch-tokenpool`` the Token Pooling layers are the only fixed front-end, so BPDA through the
+assignment alone *is* plain BPDA: the two modes' records must be identical, row for row. On
+``wavelet-tokenpool`` claim 5 must read the scoped rows (the assignment's gap), not exact − bpda."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from robustbench_wave.analysis import claims as cl
+from robustbench_wave.attacks import load_suite
+from robustbench_wave.data import DatasetInfo
+from robustbench_wave.evaluation import EvalSettings, evaluate
+from robustbench_wave.models.vit import build_model
+
+INFO = DatasetInfo("synthetic", "synthetic", 10, 1, 32, (0.5,), (0.25,), tuple(str(i) for i in range(10)))
+MODES = ("exact", "bpda", "bpda-assignment")
+
+
+def _records(name: str) -> pd.DataFrame:
+    torch.manual_seed(0)
+    model = build_model(name, INFO).eval()
+    x, y = torch.rand(8, 1, 32, 32), torch.arange(8) % 10
+    suite = load_suite("smoke").select(["pgd_linf"])
+    settings = EvalSettings(model_name=name, dataset=INFO, grad_modes=MODES)
+    return evaluate(model, x, y, suite, settings, progress=False).records
+
+
+@pytest.mark.slow
+def test_bpda_assignment_records_and_claim5() -> None:
+    patch = _records("patch-tokenpool")
+    assert list(dict.fromkeys(patch["grad_mode"])) == list(MODES)
+    cols = ["attack", "eps", "example_id", "pred", "correct", "norm"]
+    bpda, scoped = (patch[patch["grad_mode"] == m][cols].reset_index(drop=True) for m in MODES[1:])
+    pd.testing.assert_frame_equal(bpda, scoped)  # the assignment is its only front-end: the same attack
+
+    wavelet = _records("wavelet-tokenpool")
+    assert set(wavelet["grad_mode"]) == set(MODES)
+    (f,) = cl.assignment_masking_claim([wavelet], scope="s", assignment_only=set(), threats=("Linf",))
+    assert "assignment only" in f.measured and "exact vs bpda-assignment" in f.reason
+    assert list(f.table["comparison"]) == ["exact − bpda-assignment", "exact − bpda"]
+
+
+def test_the_attack_command_accepts_the_scoped_mode() -> None:
+    from robustbench_wave.attackrun import parse_grad_modes
+
+    assert parse_grad_modes("exact,blocked,bpda,bpda-assignment") == [
+        "exact",
+        "blocked",
+        "bpda",
+        "bpda-assignment",
+    ]
+    with pytest.raises(ValueError, match="bpda-assignment"):  # the error lists it among the choices
+        parse_grad_modes("exact,bpda-everything")
