@@ -1,11 +1,9 @@
 """The ART back-end (``attacks/art_backend.py``): a second implementation of APGD, APGD-T and Square, checked
 against an oracle with a known answer and against torchattacks on the same points.
 
-The oracle is a linear classifier ``z = W x`` on points near the middle of the image box: the smallest
-perturbation that moves x across the boundary between its class y and class j is the margin
-``z_y - z_j`` over the dual norm of ``w_y - w_j`` (L1 for an L∞ ball, L2 for an L2 ball), and the box never
-binds at these budgets. So each point's breaking budget is known in closed form: every sound attack leaves the
-points whose budget is above eps, and a working one breaks those well below it.
+The oracle is a linear classifier (``tests/support/linear_oracle.py``) whose breaking budget per point is known
+in closed form: every sound attack leaves the points whose budget is above eps, and a working one breaks those
+well below it.
 """
 
 from __future__ import annotations
@@ -28,36 +26,11 @@ from robustbench_wave.attacks import (
 )
 from robustbench_wave.attacks.art_backend import library_rng
 from robustbench_wave.evaluation import EvalSettings, evaluate
-from tests.support.attack_models import linear_model
-
-DUAL = {"Linf": 1, "L2": 2}  # the norm of w_y - w_j that turns a margin into a distance
-CLEAR = 0.7  # points whose breaking budget is below CLEAR * eps must fall to a working attack
-
-
-def _oracle(seed: int = 0, n: int = 40) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A 3-class linear model, points in [0.2, 0.8]^64, their labels and W's rows."""
-    g = torch.Generator().manual_seed(seed)
-    w = 4.0 * torch.randn(3, 64, generator=g) / 8.0
-    x = 0.5 + 0.6 * (torch.rand(n, 1, 8, 8, generator=g) - 0.5)
-    model = linear_model(w)
-    with torch.no_grad():
-        y = model(x).argmax(1)
-    return model, x, y, w
-
-
-def breaking_budget(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, threat: str) -> torch.Tensor:
-    """Per point, the smallest eps at which a perturbation changes the linear model's class (box ignored)."""
-    z = x.flatten(1) @ w.T
-    out = torch.full((len(x),), float("inf"))
-    for j in range(w.shape[0]):
-        diff = w[y] - w[j]  # (n, d)
-        dist = (z.gather(1, y[:, None]).squeeze(1) - z[:, j]) / diff.norm(p=DUAL[threat], dim=1)
-        out = torch.where(y == j, out, torch.minimum(out, dist))
-    return out
+from tests.support.linear_oracle import CLEAR, breaking_budget, oracle
 
 
 def _run(family: str, backend: str, threat: str, eps: float, **params: object) -> tuple[torch.Tensor, ...]:
-    model, x, y, w = _oracle()
+    model, x, y, w = oracle()
     entry = parse_suite(
         {
             "eps": {"default": {threat: [eps]}},
@@ -74,7 +47,7 @@ def _run(family: str, backend: str, threat: str, eps: float, **params: object) -
 
 
 def test_the_oracle_has_points_on_both_sides_of_the_budgets() -> None:
-    _, x, y, w = _oracle()
+    _, x, y, w = oracle()
     for threat, eps in (("Linf", 0.03), ("L2", 0.2)):
         b = breaking_budget(w, x, y, threat)
         assert (b < CLEAR * eps).sum() >= 5 and (b > eps).sum() >= 5, (threat, b)
@@ -138,7 +111,7 @@ def test_art_runs_are_seeded_by_the_block_and_leave_the_global_rngs_alone() -> N
 
 
 def test_cross_check_runs_art_beside_torchattacks_and_its_breaks_count() -> None:
-    model, x, y, _ = _oracle()
+    model, x, y, _ = oracle()
     suite = parse_suite(
         {
             "eps": {"default": {"L2": [0.2]}},
