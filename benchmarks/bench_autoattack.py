@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -196,6 +197,7 @@ def case_rows(
 def bench(args: argparse.Namespace) -> list[Row]:
     """The wavelet model, the first n = 64 test images (16 quick), L∞ and L2 at the suite's reference budgets."""
     n = 16 if args.quick else 64
+    logging.getLogger("art").setLevel(logging.WARNING)  # one INFO line per estimator built
     args.dataset = bench_dataset()
     x, y = bench_images(n, args.dataset)
     grid = load_suite("autoattack").resolved_eps(args.dataset)
