@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-BACKENDS = ("builtin", "torchattacks", "foolbox")
+BACKENDS = ("builtin", "torchattacks", "foolbox", "art")
 CLEAN = "clean"  # the family (and entry) every suite starts with: the unattacked forward pass
 NO_THREAT = "none"  # the clean entry's threat
 

@@ -1,0 +1,215 @@
+"""The autoattack suite vs ART's AutoAttack (and the authors' code when installed): time and robust sets.
+
+Same model, same images, same thread, one threat at a time at its reference budget (Fashion-MNIST: L∞ 0.1,
+L2 1.0), the test labels (as AutoAttack, every variant attacks the clean-correct points only). Variants:
+
+* ``art_autoattack`` (baseline): ART's AutoAttack runner (``art.attacks.evasion.auto_attack.run_attack``, the
+  loop ``AutoAttack.generate`` runs; ``generate`` itself needs the ``multiprocess`` package) over ART's pieces
+  in AutoAttack's standard order and budgets: APGD-CE (100 iterations, one start, first step 2 eps), targeted
+  APGD-DLR against each other class (ART's targeted loop), Square (5,000 queries). ART has no FAB.
+* ``harness``: :func:`robustbench_wave.evaluation.evaluate` with the autoattack suite's entries of that threat
+  (APGD-CE, APGD-T, FAB-T, Square, PGD-DLR), exact gradients, no cross-check.
+* ``harness+art``: the same with ``cross_check="all"``: ART's APGD-CE and APGD-T beside torchattacks', their
+  breaks counted (what ``--cross-check`` adds at the reference budget by default).
+* ``reference`` (only when the authors' package imports, as ``autoattack`` or ``pyautoattack``; never a
+  dependency of the project): ``AutoAttack(version='standard', seed=0).run_standard_evaluation``.
+
+Each row's note gives its robust count and the difference of robust sets against the baseline (points it
+breaks that the baseline leaves, and the other way), and against the reference when it ran. ``--quick``
+shrinks iterations and queries on every side alike (the reference's checkpoints stay those of 100 steps).
+
+Run alone: ``python -m benchmarks.bench_autoattack [--quick] [--trained-dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import tomllib
+import torch
+from torch import nn
+
+from benchmarks.harness import (
+    REPO,
+    Row,
+    bench_dataset,
+    bench_images,
+    bench_model,
+    interleaved,
+    ratio_rows,
+    run_script,
+)
+from robustbench_wave.attacks import Suite, load_suite, parse_suite, within_budget
+from robustbench_wave.evaluation import EvalSettings, evaluate
+from robustbench_wave.evaluation.metrics import middle_budget, robust_flags
+
+STEPS, TARGETS, QUERIES = 100, 9, 5000
+QUICK_STEPS, QUICK_QUERIES = 10, 100
+BASELINE = "art_autoattack"
+
+
+def reference_package() -> ModuleType | None:
+    """The authors' AutoAttack package when installed (``autoattack`` from GitHub, ``pyautoattack`` from PyPI)."""
+    for name in ("autoattack", "pyautoattack"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+def threat_suite(threat: str, eps: float, quick: bool) -> Suite:
+    """The autoattack suite's entries of one threat at one budget (fewer steps and queries if ``quick``)."""
+    with open(REPO / "attacks" / "autoattack.toml", "rb") as fh:
+        data = tomllib.load(fh)
+    short = {"steps": QUICK_STEPS, "n_queries": QUICK_QUERIES} if quick else {}
+    data["name"], data["eps"] = f"bench-autoattack-{threat}", {"default": {threat: [eps]}}
+    data["attack"] = [
+        {**a, **{k: v for k, v in short.items() if k in a}}
+        for a in data["attack"]
+        if a["family"] == "clean" or a.get("threat") == threat
+    ]
+    return parse_suite(data)
+
+
+def robust_of(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, adv: torch.Tensor, eps: float, threat: str
+) -> torch.Tensor:
+    """Robust = still classified right, or the returned point left the budget (it cannot count as a break)."""
+    with torch.no_grad():
+        correct = model(adv).argmax(1) == y
+    return correct | ~within_budget(x, adv, eps, threat)
+
+
+def art_autoattack(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, threat: str, quick: bool
+) -> torch.Tensor:
+    """ART's AutoAttack loop over its APGD-CE, targeted APGD-DLR (every other class) and Square; robust flags."""
+    from art.attacks.evasion import AutoProjectedGradientDescent, SquareAttack
+    from art.attacks.evasion.auto_attack import run_attack
+    from art.estimators.classification import PyTorchClassifier
+
+    classes = int(model(x[:1]).shape[1])
+    est = PyTorchClassifier(
+        model, nn.CrossEntropyLoss(), tuple(x.shape[1:]), classes, clip_values=(0.0, 1.0), device_type="cpu"
+    )
+    norm = np.inf if threat == "Linf" else 2
+    steps, queries = (QUICK_STEPS, QUICK_QUERIES) if quick else (STEPS, QUERIES)
+    common = {"norm": norm, "eps": eps, "eps_step": 2 * eps, "max_iter": steps, "nb_random_init": 1}
+    common |= {"batch_size": len(x), "verbose": False}
+    ce = AutoProjectedGradientDescent(est, loss_type="cross_entropy", **common)
+    dlr = AutoProjectedGradientDescent(est, loss_type="difference_logits_ratio", targeted=True, **common)
+    square = SquareAttack(est, norm=norm, max_iter=queries, eps=eps, p_init=0.8, nb_restarts=1, verbose=False)
+    xn, yn = x.numpy(), np.eye(classes)[y.numpy()]
+    with torch.no_grad():
+        robust = (model(x).argmax(1) == y).numpy()  # AutoAttack attacks the clean-correct points only
+    np.random.seed(0)  # noqa: NPY002  (ART's random starts draw from the legacy global RNG)
+    runs = [(ce, yn)]
+    for k in range(min(TARGETS, classes - 1)):  # ART's targeted loop: per point the k-th class other than y
+        target = np.array([[c for c in range(classes) if c != t][k] for t in y.tolist()])
+        runs.append((dlr, np.eye(classes)[target]))
+    runs.append((square, yn))
+    for attack, labels in runs:
+        if robust.any():  # as AutoAttack.generate: stop once every point is broken
+            xn, robust = run_attack(xn, labels, robust, attack, est, norm, eps)
+    return robust_of(model, x, y, torch.from_numpy(xn), eps, threat)
+
+
+def harness_autoattack(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Suite, dataset: str, cross_check: str
+) -> torch.Tensor:
+    """The suite through :func:`evaluate` (exact gradients); robust flags at the suite's one budget."""
+    settings = EvalSettings(dataset=dataset, grad_modes=("exact",), cross_check=cross_check)
+    records = evaluate(model, x, y, suite, settings, progress=False).records
+    [(threat, grid)] = suite.resolved_eps(dataset).items()
+    eps = grid[0]
+    flags = robust_flags(records, threat, eps)
+    return torch.tensor(flags.sort_index().to_numpy(), dtype=torch.bool)
+
+
+def reference_autoattack(
+    package: ModuleType,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    threat: str,
+    quick: bool,
+) -> torch.Tensor:
+    """The authors' AutoAttack, standard version, seed 0, one batch; robust flags."""
+    aa = package.AutoAttack(model, norm=threat, eps=eps, version="standard", seed=0, device="cpu")
+    aa.verbose = False
+    if quick:
+        aa.apgd.n_iter = aa.apgd_targeted.n_iter = aa.fab.n_iter = QUICK_STEPS
+        aa.square.n_queries = QUICK_QUERIES
+    out = aa.run_standard_evaluation(x, y, batch_size=len(x))
+    adv = out[0] if isinstance(out, tuple) else out  # pyautoattack returns (x_adv, y_adv), the original x_adv
+    return robust_of(model, x, y, adv.detach(), eps, threat)
+
+
+def set_difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    """'breaks P it leaves, leaves Q it breaks' of variant a against variant b (robust flags)."""
+    return f"breaks {int((~a & b).sum())} it leaves, leaves {int((a & ~b).sum())} it breaks"
+
+
+def case_rows(
+    case: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, threat: str, eps: float, args: Any
+) -> list[Row]:
+    """Every variant on one (model, threat, eps), interleaved; notes compare robust sets."""
+    dataset, quick = args.dataset, args.quick
+    suite = threat_suite(threat, eps, quick)
+    robust: dict[str, torch.Tensor] = {}
+
+    def keep(name: str, fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def call() -> None:
+            robust[name] = fn()
+
+        return call
+
+    fns = {
+        BASELINE: keep(BASELINE, lambda: art_autoattack(model, x, y, eps, threat, quick)),
+        "harness": keep("harness", lambda: harness_autoattack(model, x, y, suite, dataset, "off")),
+        "harness+art": keep("harness+art", lambda: harness_autoattack(model, x, y, suite, dataset, "all")),
+    }
+    package = reference_package()
+    if package is not None:
+        fns["reference"] = keep(
+            "reference", lambda: reference_autoattack(package, model, x, y, eps, threat, quick)
+        )
+    times = interleaved(fns, args.reps or 1, warmup=0)  # each call runs for tens of seconds
+    notes = {}
+    for name, flags in robust.items():
+        parts = [f"robust {int(flags.sum())}/{len(x)}"]
+        if name != BASELINE:
+            parts.append(f"vs {BASELINE}: {set_difference(flags, robust[BASELINE])}")
+        if "reference" in robust and name != "reference":
+            parts.append(f"vs reference: {set_difference(flags, robust['reference'])}")
+        notes[name] = "; ".join(parts)
+    return ratio_rows("autoattack", case, times, BASELINE, per=len(x), unit="image", notes=notes)
+
+
+def bench(args: argparse.Namespace) -> list[Row]:
+    """The wavelet model, the first n = 64 test images (16 quick), L∞ and L2 at the suite's reference budgets."""
+    n = 16 if args.quick else 64
+    logging.getLogger("art").setLevel(logging.WARNING)  # one INFO line per estimator built
+    args.dataset = bench_dataset()
+    x, y = bench_images(n, args.dataset)
+    grid = load_suite("autoattack").resolved_eps(args.dataset)
+    model, kind = bench_model("wavelet", args.dataset, args)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    rows: list[Row] = []
+    for threat in ("Linf", "L2"):
+        eps = middle_budget(grid[threat])
+        rows += case_rows(f"wavelet ({kind}), {threat} {eps:g}, n={n}", model, x, y, threat, eps, args)
+    return rows
+
+
+if __name__ == "__main__":
+    run_script("autoattack", __doc__.splitlines()[0], bench)
