@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install, train patch + wavelet ViTs on Fashion-MNIST, attack them, write the report
+#   (make quick - the same in about three minutes on 2 cores: briefly trained models, 256 images, a quick look)
 #   make test   - create .venv, install, run ruff and pytest (every test: what CI runs)
 # and, while working on the code:
 #   make test-fast - the same set-up, then the tests not marked slow (no processes, no end-to-end runs; ~1 min)
@@ -16,10 +17,12 @@ STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED = 1
 # Ranks for the demo: one per local core (each with OMP_NUM_THREADS threads), so the machine is not oversubscribed.
+# Any number works: the attack command caps its ranks at the run's seeding blocks (1,000 images = 8 blocks of 128;
+# cifar10's 256 and ablation's 200 = 2) and the ranks beyond them idle, said in the log.
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
+.PHONY: demo quick headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +40,20 @@ demo: $(STAMP)
 		(apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true)
 	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) --parallel runs
 	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT)
+
+## A first table and report in about three minutes on 2 cores (measured: docs/python-api.md): patch and wavelet
+## trained briefly (QUICK_EPOCHS on QUICK_TRAIN images, into $(QUICK_OUT), apart from the demo's models) and
+## attacked with attacks/quick-look.toml -- the headline's attacks with few steps -- on QUICK_N test images. A QUICK
+## LOOK, labelled so in its table and report (suite quick-look), not the headline numbers.
+QUICK_OUT    ?= $(OUT)/quick
+QUICK_EPOCHS ?= 2
+QUICK_TRAIN  ?= 8000
+QUICK_N      ?= 256
+quick: $(STAMP)
+	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --epochs $(QUICK_EPOCHS) \
+		--train-subset $(QUICK_TRAIN) --n-examples 1000 --results-dir $(QUICK_OUT) --parallel runs --no-progress
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --suite quick-look \
+		--n-examples $(QUICK_N) --n-diagnostics 16 --diagnostics-steps 5 --results-dir $(QUICK_OUT) --no-progress
 
 ## The documented multi-seed headline: 3 training seeds x (patch, wavelet), the `headline` suite, one report.
 SEEDS    ?= 0 1 2

@@ -37,7 +37,6 @@ from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distr
 from robustbench_wave.evaluation import ALL_MODES
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EOT_ITER, EotMode
 from robustbench_wave.evaluation.plan import CrossCheck
-from robustbench_wave.evaluation.sharding import Shard
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
 from robustbench_wave.models.external import TIMM_NAMES_HINT
 from robustbench_wave.tracking import check_tensorboard
@@ -376,9 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         suite, modes = _check_flags(args, settings)
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
         job = attackrun.prepare_job(settings, _options(args), suite, modes, command, echo)
-        attackrun.check_shards(
-            job, [Shard(i, shard.count) for i in range(shard.count)] if ctx.distributed else [shard]
-        )
+        if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)
+            attackrun.check_shards(job, [shard])
         attackrun.run_job(job, shard, ctx)
     finally:
         shutdown(ctx)

@@ -26,6 +26,7 @@ from robustbench_wave.attackrun.execute import (
     attack_models,
     check_shards,
     choose_shard,
+    rank_shard,
     run_data_sha256,
     run_job,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "parse_grad_modes",
     "prepare_job",
     "prepare_run_dir",
+    "rank_shard",
     "reaudit_run",
     "reload_models",
     "run_data_sha256",
