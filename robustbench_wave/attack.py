@@ -348,6 +348,14 @@ def _check_flags(args: argparse.Namespace, settings: attackrun.RunSettings) -> t
         raise SystemExit(str(err)) from None
 
 
+def resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Suite, list[str]]:
+    """What an invocation means before any data is loaded: its settings, options, suite and gradient modes
+    (``robustbench_wave.benchmark`` calls it, so its defaults are this command's); SystemExit on bad input."""
+    args = get_args_parser().parse_args(argv)
+    settings = _settings(args)
+    return (settings, _options(args), *_check_flags(args, settings))
+
+
 def _configure_logging(args: argparse.Namespace, ctx: DistContext) -> None:
     prefix = f"[rank {ctx.rank}] " if ctx.distributed else ""
     setup_logging(args, f"{prefix}%(levelname)s %(name)s: %(message)s", default=logging.WARNING)
