@@ -41,7 +41,7 @@ demo: $(STAMP)
 	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) --parallel runs
 	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT)
 
-## A first table and report in about three minutes on 2 cores (measured: docs/python-api.md): patch and wavelet
+## A first table and report in about three minutes on 2 cores (docs/command-line.md): patch and wavelet
 ## trained briefly (QUICK_EPOCHS on QUICK_TRAIN images, into $(QUICK_OUT), apart from the demo's models) and
 ## attacked with attacks/quick-look.toml -- the headline's attacks with few steps -- on QUICK_N test images. A QUICK
 ## LOOK, labelled so in its table and report (suite quick-look), not the headline numbers.

@@ -242,7 +242,7 @@ def test_a_shard_job_locks_its_shard_folder(tmp_path: Path, trained: dict) -> No
 
 
 def test_a_configuration_change_removes_the_old_results_first(tmp_path: Path, trained: dict) -> None:
-    extra = ("--cross-check", "--n-diagnostics", "2", "--diagnostics-steps", "1")
+    extra = ("--cross-check", "all", "--n-diagnostics", "2", "--diagnostics-steps", "1")
     args = [a for a in _args(tmp_path, *extra) if a != "--no-diagnostics"]
     assert attack.main(args) == 0
     run = tmp_path / "attack" / "synthetic" / RUN
