@@ -36,6 +36,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.aliases: list[str] = []  # "OLD = NEW" for the end of --help (add_alias)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -50,24 +51,29 @@ class Parser(argparse.ArgumentParser):
             nargs=target.nargs if nargs is None else nargs, const=target.const, type=target.type,
             choices=target.choices, metavar=target.metavar, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
         )  # fmt: skip
-        self.aliases = [*getattr(self, "aliases", []), f"{old} = {new}"]
+        self.aliases.append(f"{old} = {new}")
 
     def format_help(self) -> str:
-        aliases = getattr(self, "aliases", [])
-        note = f"\nold spellings, still accepted with a warning: {'; '.join(aliases)}\n" if aliases else ""
-        return super().format_help() + note
+        note = f"\nold spellings, still accepted with a warning: {'; '.join(self.aliases)}\n"
+        return super().format_help() + (note if self.aliases else "")
 
 
 class _Alias(argparse.Action):
     """A deprecated flag: logs which flag replaces it, then does exactly what that flag does."""
 
-    def __init__(self, option_strings: list[str], dest: str, target: argparse.Action, replacement: str,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, option_strings: list[str], dest: str, target: argparse.Action, replacement: str, **kwargs: Any
+    ) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.target, self.replacement = target, replacement
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         log.warning("%s is deprecated: write %s (the same setting)", option_string, self.replacement)
         self.target(parser, namespace, values, option_string)
 
@@ -77,13 +83,19 @@ class ListAction(argparse.Action):
     (``--model patch,wavelet``) is the same list. ``item`` converts and checks each element. Given
     ``nargs='+'`` (only the deprecated spellings are), several values after one flag still work but warn."""
 
-    def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, **kwargs: Any
+    ) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.item = item
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         texts = list(values) if isinstance(values, list) else [values]
         if len(texts) > 1:
             log.warning(
@@ -111,8 +123,13 @@ class BareMeans(argparse.Action):
         )  # const stays None: argparse passes it for a bare flag
         self.bare = bare
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         if values is None:
             log.warning("a bare %s is deprecated: write %s %s", option_string, option_string, self.bare)
             values = self.bare
