@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install, train patch + wavelet ViTs on Fashion-MNIST, attack them, write the report
+#   (make quick - the same in about three minutes on 2 cores: briefly trained models, 256 images, a quick look)
 #   make test   - create .venv, install, run ruff and pytest (every test: what CI runs)
 # and, while working on the code:
 #   make test-fast - the same set-up, then the tests not marked slow (no processes, no end-to-end runs; ~1 min)
@@ -16,10 +17,12 @@ STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED = 1
 # Ranks for the demo: one per local core (each with OMP_NUM_THREADS threads), so the machine is not oversubscribed.
+# Any number works: the attack command caps its ranks at the run's seeding blocks (1,000 images = 8 blocks of 128;
+# cifar10's 256 and ablation's 200 = 2) and the ranks beyond them idle, said in the log.
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
+.PHONY: demo quick headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,18 +38,33 @@ venv: $(STAMP)
 demo: $(STAMP)
 	-command -v apt-get >/dev/null && [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true)
-	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --out $(OUT) --parallel runs
-	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --out $(OUT)
+	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) --parallel runs
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT)
+
+## A first table and report in about three minutes on 2 cores (docs/command-line.md): patch and wavelet
+## trained briefly (QUICK_EPOCHS on QUICK_TRAIN images, into $(QUICK_OUT), apart from the demo's models) and
+## attacked with attacks/quick-look.toml -- the headline's attacks with few steps -- on QUICK_N test images. A QUICK
+## LOOK, labelled so in its table and report (suite quick-look), not the headline numbers.
+QUICK_OUT    ?= $(OUT)/quick
+QUICK_EPOCHS ?= 2
+QUICK_TRAIN  ?= 8000
+QUICK_N      ?= 256
+quick: $(STAMP)
+	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --epochs $(QUICK_EPOCHS) \
+		--train-subset $(QUICK_TRAIN) --n-examples 1000 --results-dir $(QUICK_OUT) --parallel runs --no-progress
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --suite quick-look \
+		--n-examples $(QUICK_N) --n-diagnostics 16 --diagnostics-steps 5 --results-dir $(QUICK_OUT) --no-progress
 
 ## The documented multi-seed headline: 3 training seeds x (patch, wavelet), the `headline` suite, one report.
 SEEDS    ?= 0 1 2
+TRAIN_SEEDS = $(foreach s,$(SEEDS),--train-seed $(s))
 HEADLINE_N ?= 500
 HEADLINE := $(OUT)/attack/fashion-mnist
 headline: $(STAMP)
-	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed $(SEEDS) --out $(OUT)
+	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist $(TRAIN_SEEDS) --results-dir $(OUT)
 	for s in $(SEEDS); do \
 		$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --suite headline \
-			--n-examples $(HEADLINE_N) --train-seed $$s --out $(OUT) || exit 1; \
+			--n-examples $(HEADLINE_N) --train-seed $$s --results-dir $(OUT) || exit 1; \
 	done
 	$(BIN)/python -m robustbench_wave.report $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
 		--out $(HEADLINE)/headline-report.md
@@ -54,9 +72,9 @@ headline: $(STAMP)
 ## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite; the
 ## pooled ones also with BPDA through the cluster assignment alone, bpda-assignment, for claim 5).
 tokenpool: $(STAMP)
-	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --out $(OUT)
+	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --results-dir $(OUT)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
-		--suite headline --n-examples 500 --grad-modes exact,blocked,bpda,bpda-assignment --out $(OUT)
+		--suite headline --n-examples 500 --grad-modes exact,blocked,bpda,bpda-assignment --results-dir $(OUT)
 
 ## CIFAR-10 (colour: the wavelet tokenizer's YCbCr / 4:2:0 path): train the four models side by side (one run
 ## per rank), then attack them with AutoAttack's standard suite (L-inf 2/255, 4/255, 8/255; L2 0.25, 0.5) under
@@ -69,10 +87,10 @@ CIFAR10_SUITE  ?= autoattack
 CIFAR10_SEEDS  ?= 0
 cifar10: $(STAMP)
 	$(RUN) -m robustbench_wave.train $(foreach m,$(CIFAR10_MODELS),--model $(m)) --dataset $(CIFAR10) \
-		--epochs $(CIFAR10_EPOCHS) --seed $(CIFAR10_SEEDS) --out $(OUT) --parallel runs
+		--epochs $(CIFAR10_EPOCHS) $(foreach s,$(CIFAR10_SEEDS),--train-seed $(s)) --results-dir $(OUT) --parallel runs
 	for s in $(CIFAR10_SEEDS); do \
 		$(RUN) -m robustbench_wave.attack $(foreach m,$(CIFAR10_MODELS),--model $(m)) --dataset $(CIFAR10) \
-			--suite $(CIFAR10_SUITE) --n-examples $(CIFAR10_N) --train-seed $$s --out $(OUT) || exit 1; \
+			--suite $(CIFAR10_SUITE) --n-examples $(CIFAR10_N) --train-seed $$s --results-dir $(OUT) || exit 1; \
 	done
 
 ## Claim 3's attribution over SEEDS: the ablation chain patch -> patch-raw -> wavelet-denseproj -> wavelet-dense
@@ -83,10 +101,10 @@ ABLATION_MODELS ?= patch wavelet wavelet-dense patch-raw wavelet-denseproj wavel
 ABLATION_N      ?= 200
 ablation: $(STAMP)
 	$(RUN) -m robustbench_wave.train $(foreach m,$(ABLATION_MODELS),--model $(m)) --dataset fashion-mnist \
-		--seed $(SEEDS) --out $(OUT) --parallel runs
+		$(TRAIN_SEEDS) --results-dir $(OUT) --parallel runs
 	for s in $(SEEDS); do \
 		$(RUN) -m robustbench_wave.attack $(foreach m,$(ABLATION_MODELS),--model $(m)) --dataset fashion-mnist \
-			--suite headline --n-examples $(ABLATION_N) --train-seed $$s --out $(OUT) || exit 1; \
+			--suite headline --n-examples $(ABLATION_N) --train-seed $$s --results-dir $(OUT) || exit 1; \
 	done
 
 ## Claim 4 (Token Pooling's accuracy-compute trade-off): every pooling method at three keep schedules
@@ -100,12 +118,12 @@ POOL_MID_SEEDS ?= 1 2
 POOL_ARGS    ?=
 POOL_GRID    := $(sort $(wildcard models/tokenpool-pareto/*.toml))
 POOL_TUNE    := $(RUN) -m robustbench_wave.train --dataset fashion-mnist --epochs $(POOL_EPOCHS) --lr $(POOL_LR) \
-	--out $(OUT) --parallel runs $(POOL_ARGS)
+	--results-dir $(OUT) --parallel runs $(POOL_ARGS)
 tokenpool-pareto: $(STAMP)
-	$(RUN) -m robustbench_wave.train --model patch --dataset fashion-mnist --seed $(POOL_SEEDS) $(POOL_MID_SEEDS) \
-		--out $(OUT) --parallel runs
-	$(POOL_TUNE) $(foreach s,$(POOL_GRID),--model $(s)) --seed $(POOL_SEEDS)
-	$(POOL_TUNE) $(foreach s,$(filter %-48-32-16-16.toml,$(POOL_GRID)),--model $(s)) --seed $(POOL_MID_SEEDS)
+	$(RUN) -m robustbench_wave.train --model patch --dataset fashion-mnist $(foreach s,$(POOL_SEEDS) $(POOL_MID_SEEDS),--train-seed $(s)) \
+		--results-dir $(OUT) --parallel runs
+	$(POOL_TUNE) $(foreach s,$(POOL_GRID),--model $(s)) $(foreach s,$(POOL_SEEDS),--train-seed $(s))
+	$(POOL_TUNE) $(foreach s,$(filter %-48-32-16-16.toml,$(POOL_GRID)),--model $(s)) $(foreach s,$(POOL_MID_SEEDS),--train-seed $(s))
 
 ## The gallery of defences known to be broken (Athalye, Carlini & Wagner 2018; robustbench_wave/models/gallery.py):
 ## train the small Fashion-MNIST CNN, its thermometer-code twin and the CNN behind random resize-and-pad (2 epochs,
@@ -117,7 +135,7 @@ DEFENSES_N     ?= 200
 DEFENSES_SUITE ?= headline
 DEFENSES_ARGS  ?=
 defenses: $(STAMP)
-	$(BIN)/python -m robustbench_wave.gallery all --out $(OUT)/gallery --n-examples $(DEFENSES_N) \
+	$(BIN)/python -m robustbench_wave.gallery all --results-dir $(OUT)/gallery --n-examples $(DEFENSES_N) \
 		--suite $(DEFENSES_SUITE) $(DEFENSES_ARGS)
 
 ## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
@@ -149,6 +167,6 @@ CLAIMS_TRAIN = $(wildcard $(OUT)/train/*)
 claims: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_cost_model
 	$(BIN)/python -m benchmarks.bench_tokenizer_speed
-	$(BIN)/python -m robustbench_wave.report claims $(if $(CLAIMS_RUNS),--runs $(CLAIMS_RUNS)) \
+	$(BIN)/python -m robustbench_wave.report claims $(foreach r,$(CLAIMS_RUNS),--run $(r)) \
 		$(foreach d,$(CLAIMS_TRAIN),--train $(d)) --cost-model benchmarks/results/cost_model_grid.csv \
 		$(if $(CLAIMS_TRAIN),--throughput benchmarks/results/tokenizer_speed_pairs.csv) --out $(OUT)/claims.md

@@ -87,8 +87,8 @@ def train_args(dataset: str, out: Path, subset: int, parallel: bool) -> list[str
     """The train CLI's arguments: one epoch, a fresh run; ``parallel`` adds DDP (``--parallel data``)."""
     args = [
         "robustbench_wave.train", "--model", MODEL, "--dataset", dataset, "--epochs", "1",
-        "--train-subset", str(subset), "--test-subset", "256", "--out", str(out), "--device", "cpu",
-        "--no-progress", "--fresh",
+        "--train-subset", str(subset), "--n-examples", "256", "--results-dir", str(out), "--device", "cpu",
+        "--no-progress", "--overwrite",
     ]  # fmt: skip
     return args + (["--parallel", "data"] if parallel else [])
 

@@ -262,7 +262,7 @@ def trained_root(model: str, dataset: str, preferred: Path | None = None) -> Pat
         "2",
         "--train-subset",
         "4096",
-        "--test-subset",
+        "--n-examples",
         "256",
         "--device",
         "cpu",
@@ -270,7 +270,10 @@ def trained_root(model: str, dataset: str, preferred: Path | None = None) -> Pat
     ]
     cmd = [sys.executable, "-m", "robustbench_wave.train", "--model", model, "--dataset", dataset, *flags]
     subprocess.run(
-        [*cmd, "--out", str(TRAIN_CACHE)], cwd=REPO, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        [*cmd, "--results-dir", str(TRAIN_CACHE)],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     return TRAIN_CACHE
 

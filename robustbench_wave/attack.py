@@ -17,21 +17,28 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from robustbench_wave import attackrun, runfolder
 from robustbench_wave.attacks import BACKENDS, Suite, list_suites
-from robustbench_wave.cli import Parser, command_line, non_negative_int, positive_int
+from robustbench_wave.cli import (
+    BareMeans,
+    ListAction,
+    Parser,
+    add_verbosity,
+    command_line,
+    non_negative_int,
+    positive_int,
+    setup_logging,
+)
 from robustbench_wave.data import describe_datasets
 from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
 from robustbench_wave.evaluation import ALL_MODES
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EOT_ITER, EotMode
 from robustbench_wave.evaluation.plan import CrossCheck
-from robustbench_wave.evaluation.sharding import Shard
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
-from robustbench_wave.models.external import TIMM_NAMES_HINT, is_external, parse_normalize
+from robustbench_wave.models.external import TIMM_NAMES_HINT
 from robustbench_wave.tracking import check_tensorboard
 
 #: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
@@ -45,28 +52,6 @@ def echo(msg: str = "") -> None:
     sys.stdout.flush()
 
 
-class _WeightsOf(argparse.Action):
-    """``--weights FILE`` belongs to the external ``--model`` given just before it: {reference: FILE}."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
-    ) -> None:
-        models = getattr(namespace, "model", None) or []
-        if not models or not is_external(models[-1]):
-            parser.error(f"--weights {values} must follow the timm: or FACTORY --model it belongs to")
-        owned = dict(getattr(namespace, self.dest) or {})
-        if owned.get(models[-1], values) != values:
-            parser.error(f"--model {models[-1]} has two --weights; attack each file in its own run")
-        setattr(namespace, self.dest, owned | {models[-1]: values})
-
-
-def _normalize_arg(text: str) -> str:
-    try:
-        return parse_normalize(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--normalize {text!r}: ")) from None
-
-
 def get_args_parser() -> Parser:
     p = Parser(
         prog="python -m robustbench_wave.attack",
@@ -74,10 +59,10 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--model",
-        action="append",
+        action=ListAction,
         required=True,
         metavar="NAME",
-        help="model to attack; repeat for several models. A zoo NAME loads its trained checkpoint; "
+        help="model to attack; repeat the flag for several models (or NAME,NAME). A zoo NAME loads its trained checkpoint; "
         "timm:ARCH builds any timm architecture (pretrained=False, the data set's classes and channels; "
         f"{TIMM_NAMES_HINT}); MODULE:FACTORY or path/to/file.py:FACTORY calls your function, which returns an "
         "nn.Module taking [0,1] images (N,C,H,W) to logits (N,classes). Records and the run folder name "
@@ -88,7 +73,7 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--weights",
-        action=_WeightsOf,
+        action=attackrun.WeightsOf,
         default=None,
         metavar="FILE",
         help="safetensors weights of the timm: or FACTORY --model just before it, loaded strictly (every "
@@ -111,7 +96,7 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--normalize",
-        type=_normalize_arg,
+        type=attackrun.normalize_arg,
         default=None,
         metavar="MEAN,STD",
         help="external models: input standardisation put in front of the model, so attacks still see [0,1] "
@@ -126,9 +111,10 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--attacks",
+        action=ListAction,
         default=None,
-        metavar="A,B",
-        help="run only these suite entries (comma separated; clean is always kept)",
+        metavar="NAME",
+        help="run only this suite entry; repeat the flag (or A,B) for several; clean is always kept",
     )
     p.add_argument(
         "--dataset",
@@ -160,13 +146,14 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--cross-check",
+        action=BareMeans,
         nargs="?",
-        const=CrossCheck.ALL.value,
+        bare=CrossCheck.ALL.value,
         default=CrossCheck.HEADLINE.value,
         choices=[c.value for c in CrossCheck],
         help="where every other back-end of each gradient attack also runs, on the points the primary one "
         "attacked: 'headline' (default) = each threat's reference budget (the middle of its grid), 'all' "
-        "(also the bare flag) = every budget, 'off'. Their breaks count in the worst case (records "
+        "= every budget, 'off'. Their breaks count in the worst case (records "
         "'attack@backend'); crosscheck.csv says what each back-end found",
     )
     p.add_argument(
@@ -187,8 +174,10 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--grad-modes",
-        default=",".join(ALL_MODES),
-        help="gradient rules (exact, blocked, bpda): every one through a fixed front-end; exact and bpda "
+        action=ListAction,
+        default=list(ALL_MODES),
+        metavar="MODE",
+        help="gradient rule (exact, blocked, bpda); repeat the flag (or A,B) for several: every one through a fixed front-end; exact and bpda "
         "where automatic BPDA finds operations that cut the input gradient; exact only for the rest",
     )
     p.add_argument(
@@ -220,12 +209,18 @@ def get_args_parser() -> Parser:
         help="run every attack on every clean-correct point instead of only on still-robust ones "
         "(slower; gives each attack's own robust accuracy)",
     )
-    p.add_argument("--results-dir", default="results", type=Path, help="where trained runs live (train/...)")
+    p.add_argument(
+        "--results-dir",
+        default=Path("results"),
+        type=Path,
+        help="results root, the train command's --results-dir: trained runs are read from RESULTS_DIR/train/ "
+        "and the run goes to RESULTS_DIR/attack/<dataset>/<run-name>",
+    )
     p.add_argument(
         "--out",
-        default="results",
+        default=None,
         type=Path,
-        help="results root; the run goes to OUT/attack/<dataset>/<run-name>",
+        help="another root for the run (OUT/attack/<dataset>/<run-name>); default: --results-dir",
     )
     p.add_argument(
         "--run-name",
@@ -298,7 +293,7 @@ def get_args_parser() -> Parser:
         "Off by default",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    p.add_argument("-v", "--verbose", action="store_true", help="log every chunk")
+    add_verbosity(p, quiet_help="warnings and errors only (the default; -v also logs every chunk)")
     return p
 
 
@@ -319,6 +314,7 @@ def _settings(args: argparse.Namespace) -> attackrun.RunSettings:
     except ValueError as err:
         raise SystemExit(str(err)) from None
     named = {name: getattr(args, name) for name in SETTINGS_FLAGS}
+    named["grad_modes"] = ",".join(dict.fromkeys(args.grad_modes))  # config.json keeps the comma list
     return attackrun.RunSettings(models=args.model, external=external, **named)
 
 
@@ -327,30 +323,42 @@ def _options(args: argparse.Namespace) -> attackrun.RunOptions:
         args.diagnostics, args.n_diagnostics, args.diagnostics_steps, args.batch_size, args.seed
     )
     return attackrun.RunOptions(
-        args.results_dir, args.out, args.run_name, args.overwrite, args.batch_size, args.progress,
+        args.results_dir, _out(args), args.run_name, args.overwrite, args.batch_size, args.progress,
         args.tensorboard, finalize,
     )  # fmt: skip
+
+
+def _out(args: argparse.Namespace) -> Path:
+    """Where the run goes: ``--out``, else the ``--results-dir`` the models come from."""
+    return args.out if args.out is not None else args.results_dir
 
 
 def _check_flags(args: argparse.Namespace, settings: attackrun.RunSettings) -> tuple[Suite, list[str]]:
     """The checks that need no data: --out, the model names, the suite and the gradient modes."""
     try:
-        attackrun.check_names(settings, args.out, args.run_name)
+        attackrun.check_names(settings, _out(args), args.run_name)
         if args.tensorboard is not None:
             runfolder.check_writable_root(args.tensorboard, "--tensorboard")
             check_tensorboard()
-        suite = attackrun.select_suite(args.suite, args.attacks)
+        suite = attackrun.select_suite(
+            args.suite, None if args.attacks is None else ",".join(dict.fromkeys(args.attacks))
+        )
         return suite, attackrun.parse_grad_modes(settings.grad_modes)
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
 
-def _configure_logging(verbose: bool, ctx: DistContext) -> None:
+def resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Suite, list[str]]:
+    """What an invocation means before any data is loaded: its settings, options, suite and gradient modes
+    (``robustbench_wave.benchmark`` calls it, so its defaults are this command's); SystemExit on bad input."""
+    args = get_args_parser().parse_args(argv)
+    settings = _settings(args)
+    return (settings, _options(args), *_check_flags(args, settings))
+
+
+def _configure_logging(args: argparse.Namespace, ctx: DistContext) -> None:
     prefix = f"[rank {ctx.rank}] " if ctx.distributed else ""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format=f"{prefix}%(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(args, f"{prefix}%(levelname)s %(name)s: %(message)s", default=logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise SystemExit(str(err)) from None
     try:
-        _configure_logging(args.verbose, ctx)
+        _configure_logging(args, ctx)
         if args.threads > 0:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = attackrun.choose_shard(args.shard, ctx)
@@ -375,9 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         suite, modes = _check_flags(args, settings)
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
         job = attackrun.prepare_job(settings, _options(args), suite, modes, command, echo)
-        attackrun.check_shards(
-            job, [Shard(i, shard.count) for i in range(shard.count)] if ctx.distributed else [shard]
-        )
+        if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)
+            attackrun.check_shards(job, [shard])
         attackrun.run_job(job, shard, ctx)
     finally:
         shutdown(ctx)

@@ -1,18 +1,23 @@
-"""What the three command lines share: a parser whose errors are one line, a help formatter that shows
-defaults only where they say something, and argument types that refuse nonsense counts before any work.
+"""What the command lines share: a parser whose errors are one line, a help formatter that shows defaults
+only where they say something, argument types that refuse nonsense counts before any work, and one
+vocabulary: a list is written by repeating its flag (commas are the same list), old spellings of a flag stay
+as aliases that log a deprecation warning, and ``-v`` / ``-q`` mean debug logging / warnings only everywhere.
 
-Only the command lines (``train``, ``attack``, ``report``) import this module.
+Only the command lines (``train``, ``attack``, ``report``, ``gallery``) import this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
-#: The word that means "no limit" for count options such as ``--test-subset``.
+#: The word that means "no limit" for count options such as ``--n-examples`` of train.
 ALL = "all"
+
+log = logging.getLogger("robustbench_wave.cli")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -31,9 +36,138 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.aliases: list[str] = []  # "OLD = NEW" for the end of --help (add_alias)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def add_alias(self, old: str, target: argparse.Action, *, nargs: Any = None) -> None:
+        """Accept ``old`` as a deprecated spelling of ``target``'s flag: same setting, hidden from the
+        options, listed at the end of ``--help``, and a warning in the log each time it is used.
+        ``nargs`` overrides the target's (a list flag that used to take several values after one flag)."""
+        new = target.option_strings[-1]
+        self.add_argument(
+            old, action=_Alias, dest=target.dest, target=target, replacement=new,
+            nargs=target.nargs if nargs is None else nargs, const=target.const, type=target.type,
+            choices=target.choices, metavar=target.metavar, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+        )  # fmt: skip
+        self.aliases.append(f"{old} = {new}")
+
+    def format_help(self) -> str:
+        note = f"\nold spellings, still accepted with a warning: {'; '.join(self.aliases)}\n"
+        return super().format_help() + (note if self.aliases else "")
+
+
+class _Alias(argparse.Action):
+    """A deprecated flag: logs which flag replaces it, then does exactly what that flag does."""
+
+    def __init__(
+        self, option_strings: list[str], dest: str, target: argparse.Action, replacement: str, **kwargs: Any
+    ) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.target, self.replacement = target, replacement
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        log.warning("%s is deprecated: write %s (the same setting)", option_string, self.replacement)
+        self.target(parser, namespace, values, option_string)
+
+
+class ListAction(argparse.Action):
+    """The one way to write a list: repeat the flag (``--model patch --model wavelet``); a comma list
+    (``--model patch,wavelet``) is the same list. ``item`` converts and checks each element. Given
+    ``nargs='+'`` (only the deprecated spellings are), several values after one flag still work but warn."""
+
+    def __init__(
+        self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, **kwargs: Any
+    ) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.item = item
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        texts = list(values) if isinstance(values, list) else [values]
+        if len(texts) > 1:
+            log.warning(
+                "%s %s: several values after one flag are deprecated; repeat the flag (%s)",
+                option_string, " ".join(texts), " ".join(f"{option_string} {t}" for t in texts),
+            )  # fmt: skip
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else current  # the default is replaced
+        try:
+            new = [self.item(part.strip()) for text in texts for part in text.split(",") if part.strip()]
+        except (argparse.ArgumentTypeError, ValueError) as err:
+            raise argparse.ArgumentError(None, f"argument {option_string}: {err}") from None
+        if not new:
+            raise argparse.ArgumentError(None, f"argument {option_string}: {' '.join(texts)!r} names nothing")
+        setattr(namespace, self.dest, [*items, *new])
+
+
+class BareMeans(argparse.Action):
+    """``--flag VALUE`` (``nargs='?'``); the bare ``--flag``, an old spelling, still means ``bare`` but warns
+    that the value should be written out."""
+
+    def __init__(self, option_strings: list[str], dest: str, bare: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest, **kwargs
+        )  # const stays None: argparse passes it for a bare flag
+        self.bare = bare
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if values is None:
+            log.warning("a bare %s is deprecated: write %s %s", option_string, option_string, self.bare)
+            values = self.bare
+        setattr(namespace, self.dest, values)
+
+
+def add_verbosity(p: argparse.ArgumentParser, quiet_help: str = "warnings and errors only") -> None:
+    """``-v/--verbose`` (debug logging) and ``-q/--quiet``, the same on every command line."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    group.add_argument("-q", "--quiet", action="store_true", help=quiet_help)
+
+
+def setup_logging(args: argparse.Namespace, fmt: str, default: int = logging.INFO) -> None:
+    """Log at the level ``-v`` / ``-q`` chose (:func:`log_level`); under ``-v`` only this package logs at
+    debug level, other libraries (matplotlib, PIL ...) stay at info."""
+    level = log_level(args, default)
+    logging.basicConfig(level=max(level, logging.INFO), format=fmt, datefmt="%H:%M:%S")
+    if level < logging.INFO:
+        logging.getLogger("robustbench_wave").setLevel(level)
+
+
+def one_of(names: Sequence[str], what: str) -> Callable[[str], str]:
+    """An item type for :class:`ListAction`: one of ``names``."""
+
+    def check(text: str) -> str:
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; choose from {', '.join(names)}")
+        return text
+
+    return check
+
+
+def log_level(args: argparse.Namespace, default: int = logging.INFO) -> int:
+    """The logging level ``-v`` / ``-q`` chose: DEBUG, WARNING, else the command's ``default``."""
+    if args.verbose:
+        return logging.DEBUG
+    return logging.WARNING if args.quiet else default
 
 
 def _whole_number(text: str, minimum: int, meaning: str) -> int:

@@ -1,9 +1,9 @@
 """Command line: the gallery of defences known to be broken -- train, attack naively and adaptively, tabulate.
 
-    python -m robustbench_wave.gallery all --out results/gallery --n-examples 200     # make defenses
-    python -m robustbench_wave.gallery train --out results/gallery                    # the two CNNs
-    python -m robustbench_wave.gallery attack --out results/gallery --defence jpeg    # one defence
-    python -m robustbench_wave.gallery table --out results/gallery                    # gallery.{txt,csv,tex}
+    python -m robustbench_wave.gallery all --results-dir results/gallery --n-examples 200     # make defenses
+    python -m robustbench_wave.gallery train --results-dir results/gallery                    # the two CNNs
+    python -m robustbench_wave.gallery attack --results-dir results/gallery --defence jpeg    # one defence
+    python -m robustbench_wave.gallery table --results-dir results/gallery                    # gallery.{txt,csv,tex}
 
 The defences are factories in :mod:`robustbench_wave.models.gallery`; :mod:`robustbench_wave.defenses` trains
 them with the shared recipe, attacks each with ``python -m robustbench_wave.attack`` under a naive protocol
@@ -13,14 +13,23 @@ and the adaptive one, and builds the table from the run folders. Every step reus
 from __future__ import annotations
 
 import argparse
-import logging
 import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from robustbench_wave import defenses
-from robustbench_wave.cli import Parser, count_or_all, non_negative_int, positive_float, positive_int
+from robustbench_wave.cli import (
+    ListAction,
+    Parser,
+    add_verbosity,
+    count_or_all,
+    non_negative_int,
+    one_of,
+    positive_float,
+    positive_int,
+    setup_logging,
+)
 from robustbench_wave.data import dataset_info, describe_datasets
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, SURROGATE_CNN
 from robustbench_wave.defenses.table import load_gallery_runs, title
@@ -45,13 +54,20 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "step", choices=STEPS, help="train the CNNs, attack the defences, build the table, or all three"
     )
-    p.add_argument(
-        "--out", type=Path, default=Path("results/gallery"), help="gallery root: weights/, attack/, gallery.*"
+    p.add_alias(
+        "--out",
+        p.add_argument(
+            "--results-dir",
+            type=Path,
+            default=Path("results/gallery"),
+            help="gallery root: weights/, attack/, gallery.*",
+        ),
     )
     p.add_argument("--dataset", default="fashion-mnist", help=f"a gray data set: {describe_datasets()}")
     p.add_argument(
-        "--defence", action="append", choices=list(GALLERY), default=None,
-        help="attack / tabulate only this defence (repeatable; the table needs 'cnn'); default: all",
+        "--defence", action=ListAction, item=one_of(list(GALLERY), "a gallery defence"), default=None,
+        metavar="NAME", help=f"attack / tabulate only this defence ({', '.join(GALLERY)}); repeat the flag (or "
+        "A,B) for several (the table needs 'cnn'); default: all",
     )  # fmt: skip
     train = p.add_argument_group("train")
     train.add_argument(
@@ -63,8 +79,11 @@ def get_args_parser() -> Parser:
     train.add_argument("--train-seed", type=non_negative_int, default=0, help="training seed")
     train.add_argument("--train-subset", type=count_or_all, default=None, help="train on N images ('all')")
     train.add_argument("--test-subset", type=count_or_all, default=None, help="test on N images ('all')")
-    train.add_argument(
-        "--fresh", action="store_true", help="retrain weights trained with another configuration"
+    p.add_alias(
+        "--fresh",
+        train.add_argument(
+            "--overwrite", action="store_true", help="retrain weights trained with another configuration"
+        ),
     )
     attack = p.add_argument_group("attack and table")
     attack.add_argument(
@@ -90,7 +109,7 @@ def get_args_parser() -> Parser:
         "--eps", type=positive_float, default=None, help="the table's budget (default: the reference)"
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    add_verbosity(p)
     return p
 
 
@@ -102,11 +121,11 @@ def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.
         protocols = {name: tuple(shlex.split(getattr(args, f"{name}_args"))) for name in (NAIVE, ADAPTIVE)}
         recipe = replace(defenses.GALLERY_RECIPE, epochs=args.epochs)
         train = defenses.TrainOptions(
-            args.out, args.dataset, recipe, args.train_seed, args.train_subset, args.test_subset,
-            fresh=args.fresh, progress=args.progress,
+            args.results_dir, args.dataset, recipe, args.train_seed, args.train_subset, args.test_subset,
+            fresh=args.overwrite, progress=args.progress,
         )  # fmt: skip
         attack = defenses.AttackOptions(
-            args.out, args.dataset, args.suite, args.n_examples, args.seed,
+            args.results_dir, args.dataset, args.suite, args.n_examples, args.seed,
             tuple(dict.fromkeys(args.defence or GALLERY)), protocols, args.surrogate,
             tuple(shlex.split(args.attack_args)),
         )  # fmt: skip
@@ -118,15 +137,13 @@ def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input ends with one clear line before anything is written."""
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     train, attack = _options(args)
     try:
         if args.step in ("train", "all"):
             for name, record in defenses.train_gallery(train).items():
                 echo(
-                    f"{name}: test accuracy {100 * record['test_accuracy']:.2f}% ({defenses.weights_path(args.out, name)})"
+                    f"{name}: test accuracy {100 * record['test_accuracy']:.2f}% ({defenses.weights_path(args.results_dir, name)})"
                 )
         if args.step in ("attack", "all"):
             for run in defenses.attack_gallery(attack):
@@ -134,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.step in ("table", "all"):
             table = defenses.build_table(load_gallery_runs(attack), args.threat, args.eps)
             heading = title(table, dataset_info(args.dataset).name, args.suite)
-            echo(defenses.write_table(table, args.out, heading))
+            echo(defenses.write_table(table, args.results_dir, heading))
     except (ValueError, RuntimeError) as err:
         raise SystemExit(str(err)) from None
     return 0

@@ -1,12 +1,16 @@
 """Command line: rebuild the tables and the Markdown report of attack runs from their saved files.
 
-    python -m robustbench_wave.report results/attack/fashion-mnist/RUN
-    python -m robustbench_wave.report RUN_SEED0 RUN_SEED1 RUN_SEED2 --out results/headline
+    python -m robustbench_wave.report run results/attack/fashion-mnist/RUN   # or without the word "run"
+    python -m robustbench_wave.report run RUN_SEED0 RUN_SEED1 RUN_SEED2 --out results/headline
     python -m robustbench_wave.report merge results/attack/fashion-mnist/RUN   # after --shard I/N jobs
-    python -m robustbench_wave.report --reaudit RUN        # re-check attack --save-adversarial's examples
+    python -m robustbench_wave.report reaudit RUN          # re-check attack --save-adversarial's examples
     python -m robustbench_wave.report export RUN [RUN ...] --out DIR   # RobustBench model_info + transfer matrix
+    python -m robustbench_wave.report claims --run RUN --train DIR --out claims.md
 
-This module owns the ``python -m robustbench_wave.report`` command; nothing is re-run. One run folder: its
+This module owns the ``python -m robustbench_wave.report`` command, argparse subcommands each with its own
+``--help`` (:data:`SUBCOMMANDS`); a first argument that names none is a run folder (``report RUN`` is
+``report run RUN``), and the old ``--reaudit`` flag, anywhere, still selects ``reaudit`` with a warning.
+Nothing is re-run. One run folder: its
 tables (summary.csv, table.csv, table.tex, table_worst.tex, table.txt, crosscheck.csv after a cross-check)
 are rebuilt from ``records.csv.gz`` and its ``report.md`` is rewritten. Several run folders (one per training
 seed): one combined report (mean ± sd over the runs). Diagnostics and energy come from the files
@@ -31,38 +35,41 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from robustbench_wave.attackrun import FinalizeOptions, finish_merged_run, reaudit_run, write_merged_run
-from robustbench_wave.cli import Parser, command_line, positive_int
+from robustbench_wave.cli import ListAction, Parser, add_verbosity, command_line, positive_int, setup_logging
 from robustbench_wave.evaluation.sharding import merge_shard_folders
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
 from robustbench_wave.reporting.tables import write_tables
 from robustbench_wave.runfolder import RunLock, check_writable_root
 
-#: First word that selects the merge subcommand (any other first argument is a run folder).
+#: The subcommand that reports run folders (the default: ``report RUN`` = ``report run RUN``).
+RUN = "run"
+#: The subcommand that joins the shards of ``attack --shard`` jobs.
 MERGE = "merge"
-#: First word that selects the claims subcommand (claims.md from saved results).
+#: The subcommand that writes claims.md from saved results.
 CLAIMS = "claims"
-#: First words that select the re-audit of saved adversarial examples (``--reaudit RUN`` = ``reaudit RUN``).
-REAUDIT = ("reaudit", "--reaudit")
-#: First word that selects the leaderboard export (RobustBench model_info JSON, transfer matrix).
+#: The subcommand that re-audits saved adversarial examples; ``--reaudit`` is its old spelling.
+REAUDIT = "reaudit"
+OLD_REAUDIT = "--reaudit"
+#: The subcommand that writes the leaderboard export (RobustBench model_info JSON, transfer matrix).
 EXPORT = "export"
 log = logging.getLogger("robustbench_wave.report")
 BUSY_HINT = "wait for it to finish, then run this command again"
 
 
-def get_args_parser() -> Parser:
-    p = Parser(
-        prog="python -m robustbench_wave.report",
-        description="Rebuild the tables and report.md of one attack run folder, or write one report over "
-        "several run folders (training seeds, combined into mean ± sd). No attack is re-run. "
-        f"'python -m robustbench_wave.report {MERGE} RUN --help': join the shards of attack --shard jobs; "
-        "'--reaudit RUN': re-check its saved adversarial examples; "
-        f"'{EXPORT} RUN [RUN ...] --out DIR': RobustBench model_info JSON and the transfer matrix.",
-    )
+PROG = "python -m robustbench_wave.report"
+RUN_DESCRIPTION = (
+    "Rebuild the tables and report.md of one attack run folder, or write one report over several run folders "
+    "(training seeds, combined into mean ± sd). No attack is re-run."
+)
+
+
+def _run_arguments(p: Parser) -> None:
     p.add_argument(
         "run_dirs",
         nargs="+",
@@ -87,18 +94,16 @@ def get_args_parser() -> Parser:
         "denominator of the corruption errors (mCE) of a corruptions run (default: patch, else the first model)",
     )
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the PNG figures")
-    p.add_argument(
-        "--quiet", action="store_true", help="print only the paths written (no table, no progress log)"
-    )
-    return p
+    add_verbosity(p, quiet_help="print only the paths written (no table, no progress log)")
 
 
-def get_merge_parser() -> Parser:
-    p = Parser(
-        prog=f"python -m robustbench_wave.report {MERGE}",
-        description="Join the RUN/shards/I-of-N/ folders of attack --shard I/N jobs into one run folder "
-        "(records identical to a one-process run), then write its tables and report.",
-    )
+MERGE_DESCRIPTION = (
+    "Join the RUN/shards/I-of-N/ folders of attack --shard I/N jobs into one run folder (records identical to "
+    "a one-process run), then write its tables and report."
+)
+
+
+def _merge_arguments(p: Parser) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN", help="the run folder the --shard jobs wrote into")
     p.add_argument(
         "--no-diagnostics",
@@ -115,8 +120,7 @@ def get_merge_parser() -> Parser:
     )
     p.add_argument("--device", default="auto", help="device of the diagnostics (auto | cpu | cuda | cuda:N)")
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the PNG figures")
-    p.add_argument("--quiet", action="store_true", help="print only the paths written")
-    return p
+    add_verbosity(p, quiet_help="print only the paths written")
 
 
 def _setup_logging(quiet: bool) -> None:
@@ -130,11 +134,10 @@ def _echo(msg: str) -> None:
     sys.stdout.flush()
 
 
-def merge_main(argv: list[str]) -> int:
+def merge_main(args: Any, argv: list[str]) -> int:
     """``report merge RUN``: check the shards, then (holding the run folder's lock) write and finalize the run
     (:mod:`robustbench_wave.attackrun.merge`)."""
-    args = get_merge_parser().parse_args(argv)
-    _setup_logging(args.quiet)
+    setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     try:
         merged, folders = merge_shard_folders(args.run_dir)
         job, config = folders[0].job, folders[0].config
@@ -185,17 +188,22 @@ def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[
     return written
 
 
-def get_claims_parser() -> Parser:
-    p = Parser(
-        prog=f"python -m robustbench_wave.report {CLAIMS}",
-        description="Write claims.md: every claim of the source papers with its numbers, test, command and "
-        "verdict, from saved training runs, attack runs and the benchmarks' CSVs (nothing is re-run; a claim "
-        "whose input is missing is 'inconclusive at this scale: not measured').",
-    )
-    p.add_argument("--runs", nargs="+", type=Path, default=[], metavar="RUN", help="attack run folders")
+CLAIMS_DESCRIPTION = (
+    "Write claims.md: every claim of the source papers with its numbers, test, command and verdict, from saved "
+    "training runs, attack runs and the benchmarks' CSVs (nothing is re-run; a claim whose input is missing is "
+    "'inconclusive at this scale: not measured')."
+)
+
+
+def _claims_arguments(p: Parser) -> None:
+    runs = p.add_argument(
+        "--run", dest="runs", action=ListAction, item=Path, default=[], metavar="RUN",
+        help="an attack run folder; repeat the flag for several",
+    )  # fmt: skip
+    p.add_alias("--runs", runs, nargs="+")
     p.add_argument(
-        "--train", action="append", type=Path, default=[], metavar="DIR",
-        help="a training data-set folder results/train/<slug> (repeat for several data sets)",
+        "--train", action=ListAction, item=Path, default=[], metavar="DIR",
+        help="a training data-set folder results/train/<slug>; repeat the flag for several data sets",
     )  # fmt: skip
     p.add_argument(
         "--cost-model", type=Path, default=None, metavar="CSV", help="benchmarks/bench_cost_model.py's CSV"
@@ -210,15 +218,13 @@ def get_claims_parser() -> Parser:
         "--out", type=Path, default=Path("results/claims.md"), metavar="PATH", help="the claims file"
     )
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the Pareto figure(s)")
-    return p
 
 
-def claims_main(argv: list[str]) -> int:
+def claims_main(args: Any, argv: list[str]) -> int:
     """``report claims``: check every input, then write --out (atomically; no lock: it writes only --out
     and the Pareto figures next to it)."""
     from robustbench_wave.reporting.claims import load_inputs, write_claims
 
-    args = get_claims_parser().parse_args(argv)
     _setup_logging(quiet=True)
     command = " ".join(["python -m robustbench_wave.report", CLAIMS, *argv])
     try:
@@ -231,14 +237,15 @@ def claims_main(argv: list[str]) -> int:
     return 0
 
 
-def get_reaudit_parser() -> Parser:
-    p = Parser(
-        prog="python -m robustbench_wave.report --reaudit",
-        description="Re-check a run's saved adversarial examples (attack --save-adversarial): each within its "
-        "budget (norm <= eps, pixels in [0,1]), re-classified by the reloaded models (checkpoints and specs "
-        "checked) with the recorded prediction reproduced exactly, and every break in the records backed "
-        "by a saved example. Prints one row per model, gradient mode, threat and eps; exits 1 on any failure.",
-    )
+REAUDIT_DESCRIPTION = (
+    "Re-check a run's saved adversarial examples (attack --save-adversarial): each within its budget (norm <= "
+    "eps, pixels in [0,1]), re-classified by the reloaded models (checkpoints and specs checked) with the "
+    "recorded prediction reproduced exactly, and every break in the records backed by a saved example. Prints "
+    "one row per model, gradient mode, threat and eps; exits 1 on any failure."
+)
+
+
+def _reaudit_arguments(p: Parser) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN", help="an attack run folder with adversarial/")
     p.add_argument(
         "--results-dir", type=Path, default=Path("results"), help="where the trained runs live (train/...)"
@@ -247,12 +254,10 @@ def get_reaudit_parser() -> Parser:
     p.add_argument(
         "--batch-size", type=positive_int, default=None, help="examples per forward pass (default: the run's)"
     )
-    return p
 
 
-def reaudit_main(argv: list[str]) -> int:
-    """``report --reaudit RUN``: 0 when every saved example passes, 1 otherwise (the table says where)."""
-    args = get_reaudit_parser().parse_args(argv)
+def reaudit_main(args: Any, argv: list[str]) -> int:
+    """``report reaudit RUN``: 0 when every saved example passes, 1 otherwise (the table says where)."""
     _setup_logging(quiet=True)
     try:
         table, problems = reaudit_run(args.run_dir, args.results_dir, args.device, args.batch_size)
@@ -266,24 +271,23 @@ def reaudit_main(argv: list[str]) -> int:
     return 1 if problems else 0
 
 
-def get_export_parser() -> Parser:
-    p = Parser(
-        prog=f"python -m robustbench_wave.report {EXPORT}",
-        description="Leaderboard-ready files from saved runs (nothing is re-run): a RobustBench model_info "
-        "JSON per model and threat model (OUT/model_info/<dataset>/<threat>/<model>.json, at RobustBench's "
-        "standard eps when attacked, else the run's reference eps) and, when the runs hold transfer attacks "
-        "(one run per --surrogate), transfer.csv, transfer_matrix.csv and transfer_matrix.tex.",
-    )
+EXPORT_DESCRIPTION = (
+    "Leaderboard-ready files from saved runs (nothing is re-run): a RobustBench model_info JSON per model and "
+    "threat model (OUT/model_info/<dataset>/<threat>/<model>.json, at RobustBench's standard eps when attacked, "
+    "else the run's reference eps) and, when the runs hold transfer attacks (one run per --surrogate), "
+    "transfer.csv, transfer_matrix.csv and transfer_matrix.tex."
+)
+
+
+def _export_arguments(p: Parser) -> None:
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN", help="attack run folders (same data)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write into")
-    return p
 
 
-def export_main(argv: list[str]) -> int:
+def export_main(args: Any, argv: list[str]) -> int:
     """``report export RUN [RUN ...] --out DIR``: check every run, then write (atomically) into DIR."""
     from robustbench_wave.reporting.export import write_export
 
-    args = get_export_parser().parse_args(argv)
     _setup_logging(quiet=True)
     try:
         check_writable_root(args.out)
@@ -295,18 +299,9 @@ def export_main(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] and argv[0] in REAUDIT:
-        return reaudit_main(argv[1:])
-    if argv[:1] == [EXPORT]:
-        return export_main(argv[1:])
-    if argv[:1] == [MERGE]:
-        return merge_main(argv[1:])
-    if argv[:1] == [CLAIMS]:
-        return claims_main(argv[1:])
-    args = get_args_parser().parse_args(argv)
-    _setup_logging(args.quiet)
+def run_main(args: Any, argv: list[str]) -> int:
+    """``report run RUN [RUN ...]``: the tables and report.md of one run, or one report over several."""
+    setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     try:
         runs = [load_run(d) for d in args.run_dirs]
         out = check_report_out(report_path(args.run_dirs, args.out))
@@ -317,6 +312,71 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(str(err)) from None
     sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")
     return 0
+
+
+#: Every subcommand: its name, one line for ``report --help``, its description, its arguments, its handler.
+SUBCOMMANDS: dict[str, tuple[str, str, Callable[[Parser], None], Callable[[Any, list[str]], int]]] = {
+    RUN: ("the tables and report.md of run folder(s) (the default)", RUN_DESCRIPTION, _run_arguments, run_main),
+    MERGE: ("join the shards of attack --shard I/N jobs", MERGE_DESCRIPTION, _merge_arguments, merge_main),
+    REAUDIT: ("re-check saved adversarial examples", REAUDIT_DESCRIPTION, _reaudit_arguments, reaudit_main),
+    EXPORT: ("RobustBench model_info JSON and the transfer matrix", EXPORT_DESCRIPTION, _export_arguments,
+             export_main),
+    CLAIMS: ("claims.md: every claim of the source papers", CLAIMS_DESCRIPTION, _claims_arguments, claims_main),
+}  # fmt: skip
+
+
+def get_args_parser() -> Parser:
+    """The report command: one argparse subcommand per :data:`SUBCOMMANDS` entry, each with its ``--help``."""
+    p = Parser(
+        prog=PROG,
+        description="Tables, reports and exports from saved attack runs; nothing is re-run. "
+        f"'{PROG} COMMAND --help' explains each command. A first argument that is not a command is a run "
+        f"folder: '{PROG} RUN' = '{PROG} {RUN} RUN'.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    for name, (summary, description, arguments, _) in SUBCOMMANDS.items():
+        arguments(sub.add_parser(name, help=summary, description=description))
+    return p
+
+
+def _subparser(name: str) -> Parser:
+    """One subcommand's parser on its own (its ``prog`` names the subcommand)."""
+    p = Parser(prog=f"{PROG} {name}", description=SUBCOMMANDS[name][1])
+    SUBCOMMANDS[name][2](p)
+    return p
+
+
+def get_merge_parser() -> Parser:
+    return _subparser(MERGE)
+
+
+def get_claims_parser() -> Parser:
+    return _subparser(CLAIMS)
+
+
+def get_reaudit_parser() -> Parser:
+    return _subparser(REAUDIT)
+
+
+def get_export_parser() -> Parser:
+    return _subparser(EXPORT)
+
+
+def with_command(argv: list[str]) -> list[str]:
+    """``argv`` with its subcommand first: the old ``--reaudit`` (anywhere) becomes ``reaudit`` (warned), a
+    first argument that names no subcommand (a run folder, an option) gets ``run`` in front."""
+    if OLD_REAUDIT in argv:
+        log.warning("report %s RUN is deprecated: write report %s RUN", OLD_REAUDIT, REAUDIT)
+        return [REAUDIT, *(a for a in argv if a != OLD_REAUDIT)]
+    if not argv or argv[0] in SUBCOMMANDS or argv[0] in ("-h", "--help"):
+        return argv
+    return [RUN, *argv]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = with_command(sys.argv[1:] if argv is None else list(argv))
+    args = get_args_parser().parse_args(argv)
+    return SUBCOMMANDS[args.command][3](args, argv[1:])
 
 
 if __name__ == "__main__":

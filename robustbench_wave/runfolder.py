@@ -5,7 +5,7 @@ safe pattern, and every run folder must lie inside the results root it was given
 write or delete outside ``--out``. A run holds :class:`RunLock` on its folder while it writes there, so a
 second run into the same folder stops with a clear message instead of mixing its results in (the lock is an
 ``flock``: the kernel releases it when the process ends, even after ``kill -9``). Discarding a run
-(``--fresh``, a changed configuration) removes only the files this project writes, by name.
+(``--overwrite``, a changed configuration) removes only the files this project writes, by name.
 """
 
 from __future__ import annotations

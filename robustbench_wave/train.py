@@ -3,15 +3,15 @@
 This module is the command line only: it parses the flags into a
 :class:`~robustbench_wave.training.runner.TrainConfig` and calls the library. Per model and seed,
 :func:`~robustbench_wave.training.runner.train_model` writes safetensors weights, the resolved config (JSON)
-and per-epoch metrics to ``<out>/train/<dataset>/<model>/seed-<s>/`` and resumes from the last completed
+and per-epoch metrics to ``<results-dir>/train/<dataset>/<model>/seed-<s>/`` and resumes from the last completed
 epoch when re-run after a kill; :mod:`robustbench_wave.training.summary` writes the summary (CSV + terminal
 table: clean test accuracy, parameters, tokens, token width, FLOPs and throughput). Under
 ``torchrun --nproc_per_node N`` the ranks either train each model together with DDP (``--parallel data``)
 or share out the (model, seed) runs (``--parallel runs``); see :mod:`robustbench_wave.training.parallel`.
 
 Every input is checked before the first write (:func:`check_inputs`): counts, model specs, the data set,
-the device, ``--out`` and that every run folder lies inside it, so a refused command ends with one line and
-leaves nothing behind.
+the device, ``--results-dir`` and that every run folder lies inside it, so a refused command ends with one line and
+leaves nothing behind. Old spellings (``--out``, ``--seed``, ``--test-subset``, ``--fresh``) still work and warn.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ from typing import Any
 
 from robustbench_wave.cli import (
     ALL,
+    ListAction,
     Parser,
+    add_verbosity,
     count_or_all,
     non_negative_int,
     open_fraction,
     positive_float,
     positive_int,
+    setup_logging,
 )
 from robustbench_wave.data import DatasetInfo, dataset_info, describe_datasets, load_split
 from robustbench_wave.distributed import (
@@ -83,10 +86,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model",
-        action="append",
+        action=ListAction,
         metavar="NAME",
-        help="zoo model (models/NAME.toml) or a TOML path; repeat for several; default: the whole zoo "
-        f"({', '.join(list_zoo())})",
+        help="zoo model (models/NAME.toml) or a TOML path; repeat the flag for several (or NAME,NAME); "
+        f"default: the whole zoo ({', '.join(list_zoo())})",
     )
     p.add_argument(
         "--dataset",
@@ -122,13 +125,15 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="random crop (4 px padding) + horizontal flip for colour images; off by default because "
         "it slows the few-epoch CPU schedules down (see README)",
     )
-    p.add_argument(
-        "--seed",
-        type=non_negative_int,
-        nargs="+",
+    seeds = p.add_argument(
+        "--train-seed",
+        action=ListAction,
+        item=non_negative_int,
         default=[0],
-        help="training seed(s); several seeds train several runs per model (mean ± spread later)",
+        metavar="S",
+        help="training seed; repeat the flag (or S,S) for several runs per model (mean ± spread later)",
     )
+    p.add_alias("--seed", seeds, nargs="+")
     p.add_argument(
         "--train-subset",
         type=count_or_all,
@@ -137,13 +142,16 @@ def get_args_parser() -> argparse.ArgumentParser:
         help=f"train on a random N-image subset of the training split (smoke runs; N >= 1), or '{ALL}': "
         "the whole split (default)",
     )
-    p.add_argument(
+    p.add_alias(
         "--test-subset",
-        type=count_or_all,
-        default=None,
-        metavar="N",
-        help=f"evaluate on the first N test images only (smoke runs; N >= 1), or '{ALL}': the whole split "
-        "(default)",
+        p.add_argument(
+            "--n-examples",
+            type=count_or_all,
+            default=None,
+            metavar="N",
+            help=f"test the trained model on the first N test images only (smoke runs; N >= 1), or '{ALL}': "
+            "the whole split (default)",
+        ),
     )
     p.add_argument(
         "--val-fraction",
@@ -151,11 +159,15 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=defaults.val_fraction,
         help="share of the training split held out for validation (seeded split; strictly between 0 and 1)",
     )
-    p.add_argument(
+    p.add_alias(
         "--out",
-        default="results",
-        help="results folder; runs go to OUT/train/<dataset>/<model>/seed-S (training writes nothing outside "
-        "it; data set downloads go to --data-dir)",
+        p.add_argument(
+            "--results-dir",
+            default="results",
+            help="results root, the attack command's --results-dir: runs go to "
+            "RESULTS_DIR/train/<dataset>/<model>/seed-S (training writes nothing outside it; data set downloads "
+            "go to --data-dir)",
+        ),
     )
     p.add_argument(
         "--device",
@@ -177,11 +189,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         "to floating-point reduction order), 'runs' gives each rank whole (model, seed) runs, each "
         "trained as one process. Without torchrun both are one process",
     )
-    p.add_argument(
+    p.add_alias(
         "--fresh",
-        action="store_true",
-        help="discard an existing run (the files training writes, nothing else) instead of resuming or "
-        "reusing it",
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="discard an existing run (the files training writes, nothing else) instead of resuming or "
+            "reusing it",
+        ),
     )
     p.add_argument(
         "--tensorboard",
@@ -193,7 +208,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "'robustbench_wave[tracking]'. Off by default",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_verbosity(p)
     return p
 
 
@@ -208,13 +223,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         val_fraction=args.val_fraction,
     )
     return TrainConfig(
-        out=Path(args.out),
+        out=Path(args.results_dir),
         recipe=recipe,
         dataset=args.dataset,
         data_dir=args.data_dir,
         train_subset=args.train_subset,
-        test_subset=args.test_subset,
-        fresh=args.fresh,
+        test_subset=args.n_examples,
+        fresh=args.overwrite,
         progress=not args.no_progress,
         bf16=args.bf16,
         tensorboard=None if args.tensorboard is None else Path(args.tensorboard),
@@ -233,15 +248,12 @@ def run(argv: list[str] | None = None) -> int:
     """Train every model for every seed (on this process or over torchrun's ranks), then write the
     summary (rank 0)."""
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    setup_logging(args, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     names, seeds, config, info = check_inputs(args)
     with distributed_run(args.device, timeout_s=TRAIN_TIMEOUT_S) as ctx:
         if not ctx.is_main:
-            logging.getLogger().setLevel(logging.WARNING)  # one log, from rank 0
+            for logger in (logging.getLogger(), logging.getLogger("robustbench_wave")):
+                logger.setLevel(logging.WARNING)  # one log, from rank 0
         _fetch_data_once(config, ctx)
         loaded = {seeds[0]: _data_of(config, seeds[0])}
         check_splits(loaded[seeds[0]], config.recipe)  # on every rank before any run (no seed changes sizes)
@@ -258,15 +270,15 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def check_inputs(args: argparse.Namespace) -> tuple[list[str], list[int], TrainConfig, DatasetInfo]:
-    """Everything that can be refused, refused before the first write (ValueError): ``--out``, the recipe,
-    every model spec, the data set, the device and ``--bf16``, and every run folder inside ``--out``.
+    """Everything that can be refused, refused before the first write (ValueError): ``--results-dir``, the recipe,
+    every model spec, the data set, the device and ``--bf16``, and every run folder inside ``--results-dir``.
     Returns the models and seeds (each once), the configuration and the data set's description."""
-    out = check_writable_root(args.out)
+    out = check_writable_root(args.results_dir, "--results-dir")
     if args.tensorboard is not None:
         check_writable_root(args.tensorboard, "--tensorboard")
     config = config_from_args(args)  # refuses --tensorboard without the tensorboard package
     names = list(dict.fromkeys(args.model or list_zoo()))
-    seeds = list(dict.fromkeys(args.seed))
+    seeds = list(dict.fromkeys(args.train_seed))
     specs = [load_spec(name) for name in names]
     info = dataset_info(config.dataset, root=config.data_dir)
     for name, spec in zip(names, specs, strict=True):

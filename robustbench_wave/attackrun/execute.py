@@ -54,6 +54,20 @@ def choose_shard(shard: str | None, ctx: DistContext) -> Shard:
         raise SystemExit(str(err)) from None
 
 
+def rank_shard(job: Job, ctx: DistContext) -> Shard | None:
+    """This rank's shard under torchrun: ranks are capped by the run's seeding blocks (a shard owns whole
+    blocks), so with more ranks than blocks the extra ranks evaluate nothing (None) and only wait for the
+    others; rank 0 says so in the log."""
+    n, block = len(job.data), job.suite.rng_block
+    count = min(ctx.world_size, -(-n // block))
+    if count < ctx.world_size and ctx.is_main:
+        log.warning(
+            "%d ranks, but %d examples make %d seeding blocks of %d: ranks %d-%d idle (a shard owns whole blocks)",
+            ctx.world_size, n, count, block, count, ctx.world_size - 1,
+        )  # fmt: skip
+    return Shard(ctx.rank, count) if ctx.rank < count else None
+
+
 def check_shards(job: Job, shards: list[Shard]) -> None:
     """Every shard that will run owns at least one seeding block of examples (checked before any write)."""
     n, block = len(job.data), job.suite.rng_block
@@ -200,12 +214,14 @@ def _track_tables(root: Path, slug: str, run_dir: Path, paths: dict[str, Path]) 
 
 
 def run_ranks(job: Job, shard: Shard, ctx: DistContext) -> None:
-    """Every rank evaluates its shard (the whole run in one process); rank 0 merges and writes the run."""
-    result = evaluate_shard(job, shard, ctx)
+    """Every rank evaluates its shard (the whole run in one process; none on a rank beyond the run's seeding
+    blocks: :func:`rank_shard`); rank 0 merges and writes the run."""
     if not ctx.distributed:
-        write_run(job, result)
+        write_run(job, evaluate_shard(job, shard, ctx))
         return
-    gathered = all_gather_object(ctx, (shard, result))
+    mine = rank_shard(job, ctx)
+    result = None if mine is None else evaluate_shard(job, mine, ctx)
+    gathered = [(s, r) for s, r in all_gather_object(ctx, (mine, result)) if s is not None]
     if ctx.is_main:
         merged = merge_results(
             [r for _, r in gathered],

@@ -72,12 +72,14 @@ def prepare_job(
     modes: list[str],
     command: str,
     echo: Echo,
+    loaded: dict[str, Loaded] | None = None,
 ) -> Job:
     """Load the test images and the models (``--surrogate auto`` resolved: :func:`choose_surrogate`) and choose
-    the run folder; nothing is written here, and bad input ends with one clear line (SystemExit)."""
+    the run folder; nothing is written here, and bad input ends with one clear line (SystemExit). ``loaded``:
+    the models already in memory under their record names (``robustbench_wave.benchmark``), none loaded."""
     data = load_run_data(settings, suite)
     settings, surrogate_note = choose_surrogate(settings, options.results_dir, data.info)
-    models, surrogate = load_run_models(settings, options.results_dir, data)
+    models, surrogate = load_run_models(settings, options.results_dir, data, loaded)
     sur_key = settings.key(settings.surrogate)
     config = settings.to_config(
         suite,

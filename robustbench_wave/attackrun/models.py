@@ -102,12 +102,15 @@ def check_dataset(name: str, train_meta: dict[str, Any], info: DatasetInfo) -> N
 
 
 def load_run_models(
-    settings: RunSettings, results_dir: Path, data: LabelledImages
+    settings: RunSettings, results_dir: Path, data: LabelledImages, loaded: dict[str, Loaded] | None = None
 ) -> tuple[dict[str, Loaded], Loaded | None]:
-    """The models and the surrogate, each checked to be trained on (external: to fit) ``data``'s data set,
-    compiled as the settings say (a surrogate that is also a model is the same compiled module)."""
+    """The models (``loaded`` when given: already in memory) and the surrogate, each checked to be trained on
+    (external: to fit) ``data``'s data set, compiled as the settings say (a surrogate that is also a model is
+    the same compiled module)."""
     external = settings.external
-    models = load_models(settings.models, settings.dataset, results_dir, settings.train_seed, external, data)
+    models = loaded if loaded is not None else load_models(
+        settings.models, settings.dataset, results_dir, settings.train_seed, external, data
+    )  # fmt: skip
     surrogate, sur_key = None, settings.key(settings.surrogate)
     if settings.has_surrogate:
         surrogate = models.get(sur_key) or load_model(

@@ -7,6 +7,7 @@ from (the attack command turns it into its exit message).
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from robustbench_wave.attacks import Suite, load_suite
 from robustbench_wave.evaluation import EvalSettings
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotMode, EotSettings
 from robustbench_wave.models.compiled import CompileMode
-from robustbench_wave.models.external import ExternalSpec, is_external
+from robustbench_wave.models.external import ExternalSpec, is_external, parse_normalize
 from robustbench_wave.models.frontend import MODE_NAMES
 
 #: ``--surrogate`` value that skips the transfer attack.
@@ -212,3 +213,29 @@ def external_specs(flags: ExternalFlags) -> tuple[ExternalSpec, ...]:
 
 def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
+
+
+# ------------------------------------------------------------- the attack command's parsing of these flags
+
+
+class WeightsOf(argparse.Action):
+    """``--weights FILE`` belongs to the external ``--model`` given just before it: {reference: FILE}."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+    ) -> None:
+        models = getattr(namespace, "model", None) or []
+        if not models or not is_external(models[-1]):
+            parser.error(f"--weights {values} must follow the timm: or FACTORY --model it belongs to")
+        owned = dict(getattr(namespace, self.dest) or {})
+        if owned.get(models[-1], values) != values:
+            parser.error(f"--model {models[-1]} has two --weights; attack each file in its own run")
+        setattr(namespace, self.dest, owned | {models[-1]: values})
+
+
+def normalize_arg(text: str) -> str:
+    """``--normalize``'s argument type: :func:`parse_normalize`, its error worded for argparse."""
+    try:
+        return parse_normalize(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--normalize {text!r}: ")) from None

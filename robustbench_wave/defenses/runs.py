@@ -101,7 +101,7 @@ def _weights(name: str, options: AttackOptions) -> Path:
     if not path.is_file():
         raise ValueError(
             f"the gallery's {name!r} weights are not trained ({path}); run python -m robustbench_wave.gallery "
-            f"train --out {options.out} first"
+            f"train --results-dir {options.out} first"
         )
     return path
 

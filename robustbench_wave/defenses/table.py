@@ -66,7 +66,7 @@ def load_gallery_runs(options: AttackOptions) -> dict[str, dict[str, RunFolder]]
             if not (path / "records.csv.gz").exists():
                 raise ValueError(
                     f"no {protocol} run of {defence} in {path}; run python -m robustbench_wave.gallery attack "
-                    "with the same --out, --dataset, --suite, --n-examples and --seed first"
+                    "with the same --results-dir, --dataset, --suite, --n-examples and --seed first"
                 )
             runs.setdefault(defence, {})[protocol] = load_run(path)
     return runs

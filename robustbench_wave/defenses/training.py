@@ -95,7 +95,7 @@ def train_entry(entry: GalleryEntry, data: TrainingData, options: TrainOptions) 
     """Train one gallery network into its folder (locked while it works), or reuse the finished one."""
     path = check_inside(options.out, weights_path(options.out, entry.name))
     key = fingerprint(entry, data.info, options)
-    with RunLock(path.parent, hint="wait for it to finish or train into another --out folder"):
+    with RunLock(path.parent, hint="wait for it to finish or train into another --results-dir"):
         done = _finished(path, key, options.fresh)
         if done is not None:
             log.info("gallery %s: already trained (%s)", entry.name, path)
@@ -124,13 +124,13 @@ def _finished(path: Path, fingerprint: str, fresh: bool) -> dict[str, Any] | Non
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(
-            f"{record_path} cannot be read ({err}); delete {path.parent} or pass --fresh"
+            f"{record_path} cannot be read ({err}); delete {path.parent} or pass --overwrite"
         ) from None
     if record.get("fingerprint") != fingerprint:
         raise ValueError(
             f"{path.parent} holds weights trained with another configuration (recipe, data, seed or subsets); "
-            "pass --fresh to retrain them (attack runs of the old weights then become a new configuration) "
-            "or choose another --out"
+            "pass --overwrite to retrain them (attack runs of the old weights then become a new configuration) "
+            "or choose another --results-dir"
         )
     if not path.exists() or sha256_file(path) != record.get("weights_sha256"):
         return None  # killed between the weights and the record, or the file was replaced: train again

@@ -148,7 +148,7 @@ def _train_row(config: dict[str, Any], path: Path) -> dict[str, Any]:
             "command": train_command(config),
         }
     except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{path}: field {err} is missing or malformed; re-train with --fresh") from None
+        raise ValueError(f"{path}: field {err} is missing or malformed; re-train with --overwrite") from None
 
 
 def train_command(config: dict[str, Any]) -> str:
@@ -156,9 +156,9 @@ def train_command(config: dict[str, Any]) -> str:
     recipe = config.get("recipe") or {}
     parts = [
         "python -m robustbench_wave.train", f"--model {config['model']}", f"--dataset {config.get('dataset')}",
-        f"--seed {config['seed']}", f"--epochs {recipe.get('epochs')}",
+        f"--train-seed {config['seed']}", f"--epochs {recipe.get('epochs')}",
     ]  # fmt: skip
-    for key, flag in (("train_subset", "--train-subset"), ("test_subset", "--test-subset")):
+    for key, flag in (("train_subset", "--train-subset"), ("test_subset", "--n-examples")):
         if config.get(key) is not None:
             parts.append(f"{flag} {config[key]}")
     if recipe.get("augmentation"):
@@ -417,7 +417,7 @@ CLAIMS: dict[int, Claim] = {
             title="The wavelet tokenizer trains faster and reaches better top-1 than the patch tokenizer at the same token count",
             short="wavelet trains faster, better top-1",
             source="Zhu & Soricut 2024 (wavelet tokenizer)",
-            command="python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --seed 0 1 2",
+            command="python -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --train-seed 0,1,2",
             then=" (and with --dataset imagefolder:../shared/data/cifar10-jpeg.zip), then pass --train results/train/<slug>"
             f" (and {SPEED_BENCH}, then --throughput {SPEED_CSV}, for the speed half)",
             rule="Accuracy paired by training seed: more accurate in every one of at least {min_seeds} seeds (with 3 "

@@ -13,7 +13,7 @@ Layout of one training run: ``<results>/train/<dataset-slug>/<model>/seed-<s>/``
   again;
 * ``.lock`` -- held by the run that writes the folder (:class:`robustbench_wave.runfolder.RunLock`).
 
-These are the only files training writes (:data:`OWNED_FILES`); ``--fresh`` deletes those and nothing else.
+These are the only files training writes (:data:`OWNED_FILES`); ``--overwrite`` deletes those and nothing else.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ METRICS = "metrics.jsonl"
 RESUME_TENSORS = "resume.safetensors"
 RESUME_STATE = "resume.json"
 
-#: Every file a training run writes into its folder (``--fresh`` deletes these and nothing else).
+#: Every file a training run writes into its folder (``--overwrite`` deletes these and nothing else).
 OWNED_FILES = (WEIGHTS, CONFIG, METRICS, RESUME_TENSORS, RESUME_STATE)
 
 
@@ -114,12 +114,12 @@ def _field(config: dict[str, Any], path: Path, dotted: str, kind: type | tuple[t
         if not isinstance(value, dict) or part not in value:
             raise ValueError(
                 f"{path}: field {dotted!r} is missing; the file was edited or damaged: re-train the model "
-                "(python -m robustbench_wave.train --fresh)"
+                "(python -m robustbench_wave.train --overwrite)"
             )
         value = value[part]
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ValueError(
-            f"{path}: field {dotted!r} has the wrong type ({value!r:.60}); re-train with --fresh"
+            f"{path}: field {dotted!r} has the wrong type ({value!r:.60}); re-train with --overwrite"
         )
     return value
 
@@ -175,13 +175,13 @@ def verify_spec(config: dict[str, Any], path: Path) -> str:
     if recorded is None:
         log.warning(
             "%s records no spec_sha256 (trained before specs were hashed): its model_spec and dataset_info "
-            "cannot be verified; re-train with --fresh to record it",
+            "cannot be verified; re-train with --overwrite to record it",
             path,
         )
     elif recorded != actual:
         raise ValueError(
             f"{path}: model_spec/dataset_info do not match final.spec_sha256 recorded at training (the file "
-            "was edited after training); restore it or re-train the model with --fresh"
+            "was edited after training); restore it or re-train the model with --overwrite"
         )
     return actual
 
@@ -192,7 +192,7 @@ def _dataset_info(config: dict[str, Any], path: Path) -> DatasetInfo:
         return DatasetInfo.from_dict(fields)
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(
-            f"{path}: field 'dataset_info' is incomplete ({err!r}); re-train with --fresh"
+            f"{path}: field 'dataset_info' is incomplete ({err!r}); re-train with --overwrite"
         ) from None
 
 
@@ -262,7 +262,7 @@ def load_resume_state(
         return 0, []
     if state.get("fingerprint") != fingerprint:
         raise ValueError(
-            f"{directory} holds a run with a different configuration; use another --out folder or pass --fresh "
+            f"{directory} holds a run with a different configuration; use another --results-dir or pass --overwrite "
             f"to discard it"
         )
     if sha256_file(directory / RESUME_TENSORS) != state.get("tensors_sha256"):

@@ -248,7 +248,7 @@ def init_source(spec: dict, info: DatasetInfo, out: Path, seed: int) -> dict[str
         raise ValueError(
             f"{spec['name']} fine-tunes from {base!r} (init_from), which has no finished run in {directory}; "
             f"train it first: python -m robustbench_wave.train --model {base} --dataset {info.name} "
-            f"--seed {seed} --out {out}"
+            f"--train-seed {seed} --results-dir {out}"
         )
     return {"model": base, "seed": seed, "checkpoint_sha256": sha}
 
@@ -269,7 +269,7 @@ def load_init_weights(model: nn.Module, init: dict[str, Any], info: DatasetInfo,
 @contextmanager
 def _locked(directory: Path, ctx: DistContext) -> Iterator[None]:
     """Rank 0 holds the run folder's lock; a refusal reaches every rank (so none waits for the others)."""
-    lock = RunLock(directory, hint="wait for it to finish or train into another --out folder")
+    lock = RunLock(directory, hint="wait for it to finish or train into another --results-dir")
     refusal: tuple[bool, str] | None = None
     if ctx.is_main:
         try:
@@ -292,16 +292,16 @@ def _train_locked(
     spec: dict, data: TrainingData, config: TrainConfig, seed: int, ctx: DistContext, directory: Path,
     fingerprint: str, init: dict[str, Any] | None = None, tb: TrainingLog | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """:func:`train_model` once the run folder is locked: discard (--fresh), reuse, or train and resume.
+    """:func:`train_model` once the run folder is locked: discard (--overwrite), reuse, or train and resume.
     ``tb`` gets a copy of what the run writes, rebuilt from its files (resume state, metrics.jsonl)."""
     tb = tb or TrainingLog(None)
     name, recipe = spec["name"], config.recipe
     if config.fresh and ctx.is_main:
         remove_owned(directory, ckpt.OWNED_FILES)
-    barrier(ctx)  # every rank sees the folder after --fresh
+    barrier(ctx)  # every rank sees the folder after --overwrite
     existing = _finished_run(directory, fingerprint)
     if existing is not None:
-        log.info("%s seed %d: already trained (%s); pass --fresh to retrain", name, seed, directory)
+        log.info("%s seed %d: already trained (%s); pass --overwrite to retrain", name, seed, directory)
         _track_finished(tb, directory)
         return existing
     run, done, history = _start_run(name, spec, data, config, seed, ctx, directory, fingerprint, init)
@@ -450,8 +450,8 @@ def _finished_run(directory: Path, fingerprint: str) -> dict[str, Any] | None:
     if config.get("fingerprint") != fingerprint:
         if "final" in config:
             raise ValueError(
-                f"{directory} holds a finished run with a different configuration; pass --fresh to "
-                "overwrite it or choose another --out folder"
+                f"{directory} holds a finished run with a different configuration; pass --overwrite to "
+                "overwrite it or choose another --results-dir"
             )
         return None  # an unfinished run of another config: load_resume_state will refuse it clearly
     if "final" not in config or not (directory / ckpt.WEIGHTS).exists():

@@ -67,9 +67,11 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
 
 
 def _args(out: Path, *extra: str) -> list[str]:
+    """The base invocation; a case's own ``--attacks`` replaces FAST (repeating the flag would add to it)."""
+    attacks = [] if "--attacks" in extra else ["--attacks", FAST]
     return [
         "--model", "tiny", "--dataset", "synthetic", "--n-examples", "10", "--suite", "smoke",
-        "--attacks", FAST, "--surrogate", "none", "--out", str(out), "--no-progress", "--batch-size", "4",
+        *attacks, "--surrogate", "none", "--out", str(out), "--no-progress", "--batch-size", "4",
         "--no-diagnostics", *extra,
     ]  # fmt: skip
 
@@ -189,7 +191,7 @@ def test_bad_input_ends_with_one_line_and_writes_nothing(case: str, tmp_path: Pa
     before = _snapshot(tmp_path)
     out = tmp_path / "results" / "fresh"
     with pytest.raises(SystemExit) as err:
-        attack.main([*_args(out), *extra])
+        attack.main(_args(out, *extra))
     text = str(err.value.code)
     assert re.search(message, text), text
     assert "\n" not in text
@@ -240,7 +242,7 @@ def test_a_shard_job_locks_its_shard_folder(tmp_path: Path, trained: dict) -> No
 
 
 def test_a_configuration_change_removes_the_old_results_first(tmp_path: Path, trained: dict) -> None:
-    extra = ("--cross-check", "--n-diagnostics", "2", "--diagnostics-steps", "1")
+    extra = ("--cross-check", "all", "--n-diagnostics", "2", "--diagnostics-steps", "1")
     args = [a for a in _args(tmp_path, *extra) if a != "--no-diagnostics"]
     assert attack.main(args) == 0
     run = tmp_path / "attack" / "synthetic" / RUN

@@ -47,12 +47,12 @@ TRAIN_BASE: Flags = {
     "--model": "patch",
     "--dataset": "synthetic",
     "--train-subset": "64",
-    "--test-subset": "32",
+    "--n-examples": "32",
     "--epochs": "1",
     "--batch-size": "32",
     "--device": "cpu",
     "--no-progress": None,
-    "--out": "{results}",
+    "--results-dir": "{results}",
 }
 ATTACK_BASE: Flags = {
     "--model": "patch",
@@ -372,9 +372,9 @@ CASES = [
     Case("t-epochs-0", "train", ("--epochs",), {"--epochs": "0"}, subprocess=True),
     Case("t-batch-size-negative", "train", ("--batch-size", "-1"), {"--batch-size": "-1"}),
     Case("t-train-subset-0", "train", ("--train-subset",), {"--train-subset": "0"}),
-    Case("t-test-subset-negative", "train", ("--test-subset", "-999"), {"--test-subset": "-999"}),
-    Case("t-test-subset-0", "train", ("--test-subset",), {"--test-subset": "0"}),
-    Case("t-seed-negative", "train", ("--seed", "-1"), {"--seed": "-1"}),
+    Case("t-test-subset-negative", "train", ("--n-examples", "-999"), {"--n-examples": "-999"}),
+    Case("t-test-subset-0", "train", ("--n-examples",), {"--n-examples": "0"}),
+    Case("t-seed-negative", "train", ("--train-seed", "-1"), {"--train-seed": "-1"}),
     Case("t-lr-0", "train", ("--lr",), {"--lr": "0"}),
     Case("t-lr-nan", "train", ("--lr", "nan"), {"--lr": "nan"}),
     Case("t-weight-decay-negative", "train", ("--weight-decay", "-0.5"), {"--weight-decay": "-0.5"}),
@@ -384,10 +384,10 @@ CASES = [
     Case("t-unknown-dataset", "train", ("nosuchdata",), {"--dataset": "nosuchdata"}),
     Case("t-imagefolder-missing", "train", ("nowhere",), {"--dataset": "imagefolder:{root}/nowhere"}),
     Case(
-        "t-spec-name-escapes",  # with --fresh: must neither write nor delete the decoy files
+        "t-spec-name-escapes",  # with --overwrite: must neither write nor delete the decoy files
         "train",
         ("../../../../x",),
-        {"--model": "{root}/specs/escape.toml", "--fresh": None},
+        {"--model": "{root}/specs/escape.toml", "--overwrite": None},
         setup=ESCAPE,
         subprocess=True,
     ),
@@ -469,13 +469,17 @@ CASES = [
         setup=_write("{root}/specs/broken.toml", 'name = "broken\ntokenizer = patch\n'),
     ),
     Case(
-        "t-out-is-a-file", "train", ("--out", "notadir.txt"), {"--out": "{root}/notadir.txt"}, setup=NOTADIR
+        "t-out-is-a-file",
+        "train",
+        ("--results-dir", "notadir.txt"),
+        {"--results-dir": "{root}/notadir.txt"},
+        setup=NOTADIR,
     ),
     Case(
         "t-out-below-a-file",
         "train",
         ("notadir.txt",),
-        {"--out": "{root}/notadir.txt/results"},
+        {"--results-dir": "{root}/notadir.txt/results"},
         setup=NOTADIR,
     ),
     Case(
@@ -488,17 +492,17 @@ CASES = [
     Case("t-device-cuda-without-gpu", "train", ("cuda",), {"--device": "cuda"}, skip=_gpu_present),
     Case("t-bf16-on-cpu", "train", ("--bf16",), {"--bf16": None}),
     Case(
-        "t-fresh-then-cuda-without-gpu",  # the run --fresh would discard must survive the refusal
+        "t-fresh-then-cuda-without-gpu",  # the run --overwrite would discard must survive the refusal
         "train",
         ("cuda",),
-        {"--device": "cuda", "--fresh": None},
+        {"--device": "cuda", "--overwrite": None},
         skip=_gpu_present,
     ),
     Case(
         "t-fresh-on-a-locked-run",
         "train",
         ("patch/seed-0",),
-        {"--fresh": None},
+        {"--overwrite": None},
         setup=_lock(f"{TRAINED}/patch/seed-0"),
     ),
     # ---- attack: counts

@@ -57,10 +57,10 @@ def test_train_out_under_a_read_only_folder() -> None:
         read_only.mkdir()
         read_only.chmod(0o555)
         out = read_only / "results"
-        argv = command_flags({**TRAIN_BASE, "--out": str(out)}, {})
+        argv = command_flags({**TRAIN_BASE, "--results-dir": str(out)}, {})
         with unchanged(root) as changes:
             outcome = run_subprocess("train", argv, root, {"HOME": str(root)}, prefix=prefix)
-        problems = failures(outcome, ["--out", str(read_only)]) + changes
+        problems = failures(outcome, ["--results-dir", str(read_only)]) + changes
         assert not problems, f"train {' '.join(argv)}\n" + "\n".join(problems) + "\n" + outcome.describe()
     finally:
         if read_only.exists():
@@ -76,11 +76,15 @@ def test_train_into_an_unwritable_out_is_refused_in_one_line():
     try:
         os.chmod(parent, 0o755)  # readable by everyone, writable by root only
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-                   "robustbench_wave.train", *SMALL, "--model", "patch", "--out", str(parent / "out")]  # fmt: skip
+                   "robustbench_wave.train", *SMALL, "--model", "patch", "--results-dir", str(parent / "out")]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(parent), "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(command, cwd="/", env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
-        assert "--out" in proc.stderr and "not writable" in proc.stderr and "Traceback" not in proc.stderr
+        assert (
+            "--results-dir" in proc.stderr
+            and "not writable" in proc.stderr
+            and "Traceback" not in proc.stderr
+        )
         assert list(parent.iterdir()) == []
     finally:
         os.chmod(parent, 0o700)

@@ -24,7 +24,7 @@ from tests.support.training import kill_in_epoch
 
 
 def _train(out: Path, tb: Path, *extra: str) -> int:
-    return train.main([*ARGS, "--out", str(out), "--tensorboard", str(tb), *extra])
+    return train.main([*ARGS, "--results-dir", str(out), "--tensorboard", str(tb), *extra])
 
 
 def test_training_curves_equal_metrics_jsonl(tmp_path):
@@ -64,7 +64,7 @@ def test_a_failing_writer_loses_no_result(tmp_path, monkeypatch, caplog):
     pytest.importorskip("tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
-    assert train.main([*ARGS, "--out", str(tmp_path / "plain")]) == 0
+    assert train.main([*ARGS, "--results-dir", str(tmp_path / "plain")]) == 0
 
     def broken(self, *args, **kwargs):
         raise OSError("disk full")

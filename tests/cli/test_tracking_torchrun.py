@@ -24,7 +24,7 @@ def test_under_torchrun_each_run_is_logged_once_by_the_rank_that_trains_it(tmp_p
     pytest.importorskip("tensorboard")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     args = [*ARGS, "--model", "wavelet", "--train-subset", "64", "--epochs", "1", "--parallel", parallel]
-    args += ["--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]
+    args += ["--results-dir", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     command = [*launcher, "-m", "robustbench_wave.train", *args]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

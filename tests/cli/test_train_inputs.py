@@ -1,6 +1,6 @@
 """``python -m robustbench_wave.train`` against careless and hostile input: every count and path is checked
 before the first write, spec names cannot escape the results tree, body sizes are checked naming the file,
-a run folder is locked while it is trained, and ``--fresh`` deletes only training's files."""
+a run folder is locked while it is trained, and ``--overwrite`` deletes only training's files."""
 
 from __future__ import annotations
 
@@ -37,23 +37,23 @@ def _files_under(path: Path) -> list[str]:
 # -- counts -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--train-subset", "0"), ("--train-subset", "-5"), ("--test-subset", "0"), ("--test-subset", "-999"),
-     ("--epochs", "0"), ("--batch-size", "-1"), ("--seed", "-1"), ("--lr", "0"), ("--lr", "inf"),
+    [("--train-subset", "0"), ("--train-subset", "-5"), ("--n-examples", "0"), ("--n-examples", "-999"),
+     ("--epochs", "0"), ("--batch-size", "-1"), ("--train-seed", "-1"), ("--lr", "0"), ("--lr", "inf"),
      ("--weight-decay", "-0.1"), ("--val-fraction", "0"), ("--val-fraction", "1"), ("--val-fraction", "nan"),
      ("--train-subset", "ten")],
 )  # fmt: skip
 def test_nonsense_counts_are_refused_before_any_write(tmp_path, capsys, flag, value):
     out = tmp_path / "fresh" / "out"
-    message = _refusal([*SMALL, "--model", "patch", "--out", str(out), flag, value], capsys)
+    message = _refusal([*SMALL, "--model", "patch", "--results-dir", str(out), flag, value], capsys)
     assert flag in message and repr(value) in message and "(see --help)" in message
     assert not (tmp_path / "fresh").exists()
 
 
 def test_all_means_the_whole_split_and_counts_parse():
     args = train.get_args_parser().parse_args(
-        ["--train-subset", "all", "--test-subset", "ALL", "--seed", "0", "3"]
+        ["--train-subset", "all", "--n-examples", "ALL", "--train-seed", "0", "--train-seed", "3"]
     )
-    assert args.train_subset is None and args.test_subset is None and args.seed == [0, 3]
+    assert args.train_subset is None and args.n_examples is None and args.train_seed == [0, 3]
     config = train.config_from_args(args)
     assert config.train_subset is None and config.test_subset is None
 
@@ -93,7 +93,7 @@ def test_spec_name_that_escapes_the_results_tree_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"custom\.toml: name '\.\./\.\./\.\./\.\./x' cannot name a folder"):
         load_spec(spec)
     out = tmp_path / "a" / "b" / "out"
-    message = _refusal([*SMALL, "--model", str(spec), "--out", str(out), "--fresh"], capsys)
+    message = _refusal([*SMALL, "--model", str(spec), "--results-dir", str(out), "--overwrite"], capsys)
     assert "custom.toml" in message and "name" in message
     assert _files_under(tmp_path) == ["specs", "specs/custom.toml"]  # nothing inside --out, nothing outside
     with pytest.raises(ValueError, match="cannot name a folder"):
@@ -132,8 +132,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "bad data set": (["--dataset", "mnist3"], "mnist3"),
         "bf16 on cpu": (["--device", "cpu", "--bf16"], "--bf16"),
         "unknown device": (["--device", "tpu"], "tpu"),
-        "out is a file": (["--out", str(a_file)], "a-file"),
-        "out under a file": (["--out", str(a_file / "out")], "a-file"),
+        "out is a file": (["--results-dir", str(a_file)], "a-file"),
+        "out under a file": (["--results-dir", str(a_file / "out")], "a-file"),
         "split below one batch": (["--train-subset", "20"], "fewer images (18) than one batch (32)"),
         "empty validation split": (["--train-subset", "4", "--batch-size", "2", "--val-fraction", "0.1"],
                                    "validation split is empty"),
@@ -155,13 +155,13 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, capsys, case)
     extra, expected = cases[case]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     out = tmp_path / "fresh" / "out"
-    message = _refusal([*SMALL, "--model", "patch", "--out", str(out), *extra], capsys)
+    message = _refusal([*SMALL, "--model", "patch", "--results-dir", str(out), *extra], capsys)
     assert expected in message
     assert not (tmp_path / "fresh").exists()
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
-# -- lock, --fresh ------------------------------------------------------------------------------------------
+# -- lock, --overwrite ------------------------------------------------------------------------------------------
 def test_a_second_training_into_a_locked_folder_stops_naming_it(tmp_path):
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     with RunLock(directory), pytest.raises(SystemExit, match="is in use by another run") as exc:
@@ -181,7 +181,7 @@ def test_fresh_deletes_only_what_training_wrote(tmp_path):
     stale = json.loads((directory / ckpt.CONFIG).read_text())
     stale["final"]["test_accuracy"] = -1.0
     (directory / ckpt.CONFIG).write_text(json.dumps(stale))
-    assert train_small(tmp_path, "--model", "patch", "--fresh") == 0
+    assert train_small(tmp_path, "--model", "patch", "--overwrite") == 0
     assert (directory / "notes" / "mine.txt").read_text() == "mine\n"
     assert (directory / "README.txt").read_text() == "mine too\n"
     assert not (directory / f".{ckpt.METRICS}.abc123.tmp").exists()

@@ -34,7 +34,7 @@ def _protocol_args() -> list[str]:
 @pytest.mark.slow
 def test_the_gallery_trains_attacks_and_tabulates(tmp_path: Path) -> None:
     out = tmp_path / "gallery"
-    assert gallery.main(["all", "--out", str(out), *SMALL, *_protocol_args()]) == 0
+    assert gallery.main(["all", "--results-dir", str(out), *SMALL, *_protocol_args()]) == 0
     table = pd.read_csv(out / "gallery.csv")
     assert table["defence"].tolist() == ["cnn", "bit_depth"]
     assert (table["n"] == 8).all() and (table["eps"] == 0.03).all()
@@ -52,17 +52,19 @@ def test_the_gallery_trains_attacks_and_tabulates(tmp_path: Path) -> None:
     assert "Defences known to be broken on synthetic (n = 8)" in text
 
     weights = (out / "weights" / "cnn" / "train.json").read_text()
-    assert gallery.main(["table", "--out", str(out), *SMALL]) == 0  # rebuilt from the saved runs alone
+    assert (
+        gallery.main(["table", "--results-dir", str(out), *SMALL]) == 0
+    )  # rebuilt from the saved runs alone
     assert (out / "gallery.txt").read_text() == text
-    assert gallery.main(["train", "--out", str(out), *SMALL]) == 0  # reused, not retrained
+    assert gallery.main(["train", "--results-dir", str(out), *SMALL]) == 0  # reused, not retrained
     assert (out / "weights" / "cnn" / "train.json").read_text() == weights
-    with pytest.raises(SystemExit, match="--fresh"):
-        gallery.main(["train", "--out", str(out), *SMALL, "--epochs", "2"])
+    with pytest.raises(SystemExit, match="--overwrite"):
+        gallery.main(["train", "--results-dir", str(out), *SMALL, "--epochs", "2"])
 
 
 def test_the_gallery_refuses_colour_data_and_untrained_weights(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="not gray"):
-        gallery.main(["train", "--out", str(tmp_path), "--dataset", "synthetic-rgb"])
+        gallery.main(["train", "--results-dir", str(tmp_path), "--dataset", "synthetic-rgb"])
     with pytest.raises(SystemExit, match="gallery train"):
-        gallery.main(["attack", "--out", str(tmp_path), "--dataset", "synthetic"])
+        gallery.main(["attack", "--results-dir", str(tmp_path), "--dataset", "synthetic"])
     assert not (tmp_path / "attack").exists()

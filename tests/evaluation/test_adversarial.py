@@ -1,4 +1,4 @@
-"""Saved adversarial examples (attack --save-adversarial), their re-audit (report --reaudit) and the
+"""Saved adversarial examples (attack --save-adversarial), their re-audit (report reaudit) and the
 leaderboard export (report export): checked against the records with independent recomputations.
 
 The models, data and suite are the sharding tests' (tests/support/shard_models.py: a fixed Haar front-end + a
@@ -98,7 +98,7 @@ def test_runs_without_the_flag_are_unchanged(saved_run: Path, tiny: Path, tmp_pa
     assert "save_adversarial" not in json.loads((run / "config.json").read_text())
     assert not (run / ADVERSARIAL_DIR).exists()
     with pytest.raises(SystemExit, match=r"holds no saved adversarial examples.*--save-adversarial"):
-        report.main(["--reaudit", str(run)])
+        report.main(["reaudit", str(run)])
     # turning the flag on is another configuration: --overwrite replaces the run, adversarial/ included
     with pytest.raises(SystemExit, match="different configuration"):
         attack.main([*args, "--save-adversarial"])
@@ -138,7 +138,7 @@ def test_shards_and_resume_save_the_single_process_file(
 
 @pytest.mark.slow
 def test_reaudit_reproduces_the_recorded_predictions(saved_run: Path, tiny: Path, capsys) -> None:
-    assert report.main(["--reaudit", str(saved_run), "--batch-size", "3"]) == 0
+    assert report.main(["reaudit", str(saved_run), "--batch-size", "3"]) == 0
     out = capsys.readouterr().out
     assert "re-audit passed" in out
     assert report.main(["reaudit", str(saved_run)]) == 0
@@ -172,12 +172,12 @@ def test_reaudit_catches_a_point_beyond_its_budget(
     saved_run: Path, tiny: Path, tmp_path: Path, capsys
 ) -> None:
     run = _tampered(saved_run, tmp_path)
-    assert report.main(["--reaudit", str(run)]) == 1
+    assert report.main(["reaudit", str(run)]) == 1
     assert "re-audit FAILED: 1 budget violations" in capsys.readouterr().err
     # an edited file that meta.json does not describe is refused before anything is classified
     (run / ADV_FILE).write_bytes((run / ADV_FILE).read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(SystemExit, match=r"differs from the file meta\.json describes"):
-        report.main(["--reaudit", str(run)])
+        report.main(["reaudit", str(run)])
 
 
 @pytest.mark.slow
@@ -194,7 +194,7 @@ def test_reaudit_catches_changed_weights(
         return model, meta
 
     monkeypatch.setattr(checkpoint, "load_trained", changed)
-    assert report.main(["--reaudit", str(saved_run)]) == 1
+    assert report.main(["reaudit", str(saved_run)]) == 1
     err = capsys.readouterr().err
     assert "weights differ from the attacked ones" in err and "pred mismatches" in err
 

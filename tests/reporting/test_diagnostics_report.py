@@ -132,7 +132,7 @@ def test_report_cli_combines_seeds_into_one_report(tmp_path, capsys):
 
 def test_report_cli_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit):
-        report.main(["--help"])
+        report.main(["run", "--help"])
     text = capsys.readouterr().out
     for flag in ("RUN", "--out", "--baseline", "--no-figures", "--quiet"):
         assert flag in text

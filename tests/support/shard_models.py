@@ -94,10 +94,12 @@ def use_tiny_models(monkeypatch: pytest.MonkeyPatch, weights: Path) -> None:
 
 
 def attack_args(out: Path, weights: Path, *extra: str) -> list[str]:
-    """The attack command's arguments for the tiny models (``tiny``, surrogate ``tiny2``) on N examples."""
+    """The attack command's arguments for the tiny models (``tiny``, surrogate ``tiny2``) on N examples; an
+    ``--attacks`` in ``extra`` replaces ATTACKS (a repeated list flag would add to it)."""
+    attacks = [] if "--attacks" in extra else ["--attacks", ATTACKS]
     return [
         "--model", "tiny", "--surrogate", "tiny2", "--dataset", "synthetic", "--n-examples", str(N),
-        "--suite", str(weights / "suite.toml"), "--attacks", ATTACKS, "--out", str(out),
+        "--suite", str(weights / "suite.toml"), *attacks, "--out", str(out),
         "--run-name", RUN_NAME, "--batch-size", "5", "--device", "cpu", "--no-progress", *extra,
     ]  # fmt: skip
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-#: The train command on a slice of the synthetic data set (add ``--out`` and ``--tensorboard``).
-ARGS = ["--dataset", "synthetic", "--train-subset", "96", "--test-subset", "32", "--batch-size", "32",
+#: The train command on a slice of the synthetic data set (add ``--results-dir`` and ``--tensorboard``).
+ARGS = ["--dataset", "synthetic", "--train-subset", "96", "--n-examples", "32", "--batch-size", "32",
         "--epochs", "2", "--no-progress", "--model", "patch"]  # fmt: skip
 #: metrics.jsonl key -> the TensorBoard tag it must appear under (written out, not computed by epoch_tag).
 EPOCH_TAGS = {

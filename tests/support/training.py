@@ -30,10 +30,10 @@ def kill_in_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int = 2) -> Callable[[
 
 #: ``python -m robustbench_wave.train`` on a slice of the synthetic data set, two epochs (seconds on a CPU);
 #: add ``--model`` (and ``--out``).
-SMALL = ["--dataset", "synthetic", "--train-subset", "80", "--test-subset", "32", "--batch-size", "32",
+SMALL = ["--dataset", "synthetic", "--train-subset", "80", "--n-examples", "32", "--batch-size", "32",
          "--epochs", "2", "--no-progress"]  # fmt: skip
 
 
 def train_small(out: Path, *extra: str) -> int:
     """The train command on :data:`SMALL` into ``out``; its exit code."""
-    return train.main([*SMALL, "--out", str(out), *extra])
+    return train.main([*SMALL, "--results-dir", str(out), *extra])

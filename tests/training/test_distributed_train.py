@@ -34,7 +34,7 @@ ATOL = 1e-5  # two ranks differ from one only by floating-point reduction order:
 RUN_ATOL = 1e-4  # ... and after a whole run (10 AdamW steps that move weights by ~1e-2)
 pytestmark = pytest.mark.slow  # every test here starts processes
 
-ARGS = ["--dataset", "synthetic", "--train-subset", "200", "--test-subset", "64", "--batch-size", "32",
+ARGS = ["--dataset", "synthetic", "--train-subset", "200", "--n-examples", "64", "--batch-size", "32",
         "--epochs", "2", "--model", "patch", "--no-progress"]  # fmt: skip
 
 
@@ -132,12 +132,12 @@ def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> Non
 def one_rank(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("one-rank")
     with _one_thread():
-        train.main([*ARGS, "--out", str(out)])
+        train.main([*ARGS, "--results-dir", str(out)])
     return out
 
 
 def test_two_rank_cli_writes_one_run_that_matches_one_process(tmp_path, one_rank):
-    _torchrun(*ARGS, "--out", str(tmp_path))
+    _torchrun(*ARGS, "--results-dir", str(tmp_path))
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     metrics = [json.loads(line) for line in (directory / ckpt.METRICS).read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]  # written once, by rank 0
@@ -158,7 +158,7 @@ from pathlib import Path
 from robustbench_wave import train
 from robustbench_wave.training import runner
 real, calls = runner.train_one_epoch, []
-resume = Path(sys.argv[sys.argv.index("--out") + 1]) / "train/synthetic/patch/seed-0/resume.json"
+resume = Path(sys.argv[sys.argv.index("--results-dir") + 1]) / "train/synthetic/patch/seed-0/resume.json"
 def dies_in_epoch_2(*args, **kwargs):
     calls.append(1)
     if len(calls) == 2 and os.environ["RANK"] == "1":
@@ -172,14 +172,14 @@ sys.exit(train.main(sys.argv[1:]))
 
 
 def test_two_ranks_resume_after_kill_9_and_so_does_one(tmp_path, one_rank):
-    killed = _torchrun(*ARGS, "--out", str(tmp_path), program=[sys.executable, "-c", KILL_RANK_1_IN_EPOCH_2],
+    killed = _torchrun(*ARGS, "--results-dir", str(tmp_path), program=[sys.executable, "-c", KILL_RANK_1_IN_EPOCH_2],
                        check=False)  # fmt: skip
     assert killed.returncode != 0
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     assert json.loads((directory / ckpt.RESUME_STATE).read_text())["epoch"] == 1
     assert not (directory / ckpt.WEIGHTS).exists()
     shutil.copytree(tmp_path / "train", tmp_path / "alone" / "train")
-    resumed = _torchrun(*ARGS, "--out", str(tmp_path))
+    resumed = _torchrun(*ARGS, "--results-dir", str(tmp_path))
     assert "resuming after epoch 1/2" in resumed.stderr + resumed.stdout
     metrics = [json.loads(line) for line in (directory / ckpt.METRICS).read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
@@ -189,7 +189,7 @@ def test_two_ranks_resume_after_kill_9_and_so_does_one(tmp_path, one_rank):
     alone = ckpt.run_dir(tmp_path / "alone", "synthetic", "patch", 0) / ckpt.METRICS
     epoch_1 = alone.read_text().splitlines()
     with _one_thread():
-        train.main([*ARGS, "--out", str(tmp_path / "alone")])
+        train.main([*ARGS, "--results-dir", str(tmp_path / "alone")])
     assert alone.read_text().splitlines()[:1] == epoch_1 and len(alone.read_text().splitlines()) == 2
     _assert_close(_weights(tmp_path / "alone"), _weights(one_rank))
 
@@ -199,7 +199,7 @@ def test_a_locked_run_folder_stops_every_rank(tmp_path):
     the first collective (for TRAIN_TIMEOUT_S)."""
     directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
     with RunLock(directory):
-        proc = _torchrun(*ARGS, "--out", str(tmp_path), check=False, timeout=300)
+        proc = _torchrun(*ARGS, "--results-dir", str(tmp_path), check=False, timeout=300)
     assert proc.returncode != 0
     assert proc.stderr.count("is in use by another run") == 2  # each rank ends with the lock's message
     assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]
@@ -208,20 +208,20 @@ def test_a_locked_run_folder_stops_every_rank(tmp_path):
 def test_a_run_refused_on_one_rank_of_parallel_runs_ends_every_rank(tmp_path):
     """``--parallel runs``: rank 0's run folder is locked; rank 1 trains its own run, then both stop with
     the lock's message instead of rank 1 waiting for rank 0's rows."""
-    args = ["--dataset", "synthetic", "--train-subset", "100", "--test-subset", "32", "--batch-size", "30",
+    args = ["--dataset", "synthetic", "--train-subset", "100", "--n-examples", "32", "--batch-size", "30",
             "--epochs", "1", "--no-progress", "--model", "patch", "--model", "wavelet", "--parallel", "runs"]  # fmt: skip
     with RunLock(ckpt.run_dir(tmp_path, "synthetic", "patch", 0)):
-        proc = _torchrun(*args, "--out", str(tmp_path), check=False, timeout=300)
+        proc = _torchrun(*args, "--results-dir", str(tmp_path), check=False, timeout=300)
     assert proc.returncode != 0 and proc.stderr.count("is in use by another run") == 2
     assert (ckpt.run_dir(tmp_path, "synthetic", "wavelet", 0) / ckpt.WEIGHTS).exists()  # rank 1's run
     assert not (tmp_path / "train" / "synthetic" / "summary.csv").exists()
 
 
 def test_parallel_runs_trains_each_run_once_on_one_rank(tmp_path):
-    args = ["--dataset", "synthetic", "--train-subset", "100", "--test-subset", "32", "--batch-size", "30",
-            "--epochs", "1", "--no-progress", "--model", "patch", "--model", "wavelet", "--seed", "0", "1",
+    args = ["--dataset", "synthetic", "--train-subset", "100", "--n-examples", "32", "--batch-size", "30",
+            "--epochs", "1", "--no-progress", "--model", "patch", "--model", "wavelet", "--train-seed", "0", "--train-seed", "1",
             "--parallel", "runs"]  # fmt: skip
-    _torchrun(*args, "--out", str(tmp_path))
+    _torchrun(*args, "--results-dir", str(tmp_path))
     summary = pd.read_csv(tmp_path / "train" / "synthetic" / "summary.csv")
     assert sorted(zip(summary["model"], summary["seed"], strict=True)) == [
         ("patch", 0),

@@ -19,7 +19,7 @@ from robustbench_wave.training import runner
 from tests.support import REPO as ROOT
 
 GRID = ROOT / "models" / "tokenpool-pareto"
-SMALL = ["--dataset", "synthetic", "--train-subset", "64", "--test-subset", "16", "--batch-size", "32",
+SMALL = ["--dataset", "synthetic", "--train-subset", "64", "--n-examples", "16", "--batch-size", "32",
          "--epochs", "1", "--no-progress"]  # fmt: skip
 
 
@@ -84,11 +84,11 @@ def test_fine_tuning_starts_from_the_base_weights_and_refuses_a_missing_base(tmp
     )
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:  # no base yet: refused before anything is written
-        train.main([*SMALL, "--out", str(out), "--model", str(spec_file)])
+        train.main([*SMALL, "--results-dir", str(out), "--model", str(spec_file)])
     assert "train it first" in str(exc.value.code) and "--model patch" in str(exc.value.code)
     assert not (out / "train" / "synthetic" / "ft").exists()
 
-    assert train.main([*SMALL, "--out", str(out), "--model", "patch"]) == 0
+    assert train.main([*SMALL, "--results-dir", str(out), "--model", "patch"]) == 0
     info = dataset_info("synthetic")
     init = runner.init_source(load_spec(spec_file), info, out, 0)
     base_weights = load_file(ckpt.run_dir(out, "synthetic", "patch", 0) / ckpt.WEIGHTS)
@@ -98,17 +98,20 @@ def test_fine_tuning_starts_from_the_base_weights_and_refuses_a_missing_base(tmp
     assert set(state) == set(base_weights)
     assert all((state[k] == base_weights[k]).all() for k in base_weights)
 
-    assert train.main([*SMALL, "--out", str(out), "--model", str(spec_file)]) == 0
+    assert train.main([*SMALL, "--results-dir", str(out), "--model", str(spec_file)]) == 0
     config = ckpt.read_config(ckpt.run_dir(out, "synthetic", "ft", 0))
     assert config["init_from"] == init and config["final"]["checkpoint_sha256"] != init["checkpoint_sha256"]
 
 
 def test_a_retrained_base_changes_the_fine_tuned_runs_fingerprint(tmp_path):
     out = tmp_path / "out"
-    assert train.main([*SMALL, "--out", str(out), "--model", "patch"]) == 0
+    assert train.main([*SMALL, "--results-dir", str(out), "--model", "patch"]) == 0
     spec = {**load_spec("patch-tokenpool"), "init_from": "patch"}
     info = dataset_info("synthetic")
     before = runner.init_source(spec, info, out, 0)
-    assert train.main([*SMALL, "--out", str(out), "--model", "patch", "--lr", "0.001", "--fresh"]) == 0
+    assert (
+        train.main([*SMALL, "--results-dir", str(out), "--model", "patch", "--lr", "0.001", "--overwrite"])
+        == 0
+    )
     after = runner.init_source(spec, info, out, 0)
     assert before["checkpoint_sha256"] != after["checkpoint_sha256"]

@@ -42,4 +42,4 @@ def test_uneven_global_batch_and_bf16_on_cpu_are_refused(tmp_path):
     with pytest.raises(ValueError, match="choose a multiple of 2"):
         parallel.check_global_batch(33, DistContext(world_size=2))
     with pytest.raises(SystemExit, match="--bf16 needs a CUDA device"):
-        train.main([*SMALL, "--model", "patch", "--out", str(tmp_path), "--device", "cpu", "--bf16"])
+        train.main([*SMALL, "--model", "patch", "--results-dir", str(tmp_path), "--device", "cpu", "--bf16"])

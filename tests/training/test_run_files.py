@@ -54,7 +54,7 @@ def test_resumed_metrics_hold_every_epoch_exactly_once(tmp_path, monkeypatch, da
 @pytest.fixture(scope="module")
 def trained_wavelet(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("trained")
-    train.main([*SMALL, "--epochs", "1", "--model", "wavelet", "--out", str(out)])
+    train.main([*SMALL, "--epochs", "1", "--model", "wavelet", "--results-dir", str(out)])
     return out
 
 

@@ -18,12 +18,12 @@ from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
 from tests.support.training import kill_in_epoch
 
-ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--test-subset", "128", "--batch-size", "32",
+ARGS = ["--dataset", "synthetic", "--train-subset", "320", "--n-examples", "128", "--batch-size", "32",
         "--epochs", "2", "--no-progress"]  # fmt: skip
 
 
 def _run(tmp_path, *extra: str) -> int:
-    return train.main([*ARGS, "--out", str(tmp_path), *extra])
+    return train.main([*ARGS, "--results-dir", str(tmp_path), *extra])
 
 
 @pytest.mark.slow
@@ -99,7 +99,7 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
     weights.write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="corrupt"):
         ckpt.load_weights(weights, build_model("patch", load_split("synthetic", "test")[2]))
-    _run(tmp_path, "--model", "patch", "--fresh")
+    _run(tmp_path, "--model", "patch", "--overwrite")
     wavelet = build_model("wavelet", load_split("synthetic", "test")[2])
     with pytest.raises(ValueError, match="does not fit this model"):
         ckpt.load_weights(weights, wavelet)
@@ -112,7 +112,7 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
 )  # fmt: skip
 def test_bad_input_exits_with_a_clear_message(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
-        train.main([*ARGS, "--out", str(tmp_path), *argv])
+        train.main([*ARGS, "--results-dir", str(tmp_path), *argv])
     assert message in (exc.value.code if isinstance(exc.value.code, str) else capsys.readouterr().err)
 
 
@@ -130,10 +130,10 @@ def test_help_explains_every_flag(capsys):
         "--dataset",
         "--epochs",
         "--batch-size",
-        "--seed",
-        "--out",
+        "--train-seed",
+        "--results-dir",
         "--train-subset",
-        "--fresh",
+        "--overwrite",
         "--device",
         "--bf16",
         "--parallel",
