@@ -177,8 +177,10 @@ def get_args_parser() -> Parser:
         action=ListAction,
         default=list(ALL_MODES),
         metavar="MODE",
-        help="gradient rule (exact, blocked, bpda); repeat the flag (or A,B) for several: every one through a fixed front-end; exact and bpda "
-        "where automatic BPDA finds operations that cut the input gradient; exact only for the rest",
+        help="gradient rule (exact, blocked, bpda; or bpda-assignment: BPDA through Token Pooling's cluster assignment "
+        "alone, every other front-end exact); repeat the flag (or A,B) for several. Default: exact, blocked and bpda "
+        "through a fixed front-end; exact and bpda where automatic BPDA finds operations that cut the input gradient; "
+        "exact only for the rest",
     )
     p.add_argument(
         "--surrogate",
