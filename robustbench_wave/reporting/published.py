@@ -13,6 +13,9 @@ file's sha256. A Markdown page then quotes them in two ways, both checked by :fu
   signed number of points) must be a value of one of the section's files — as the file writes it, or a
   fraction the file holds written as a percentage at the prose's precision. A percentage in a section
   with no source is an error: a measured number needs its file.
+- ``<!-- unpublished: REASON -->``: a section quoting measurements made before their summary files were
+  kept (or on another machine). It is not checked, and :func:`unpublished_sections` lists it, so a page
+  can be held to having none (the README is).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ MAX_FILE_BYTES = 512 * 1024
 
 _INCLUDE = re.compile(r"<!-- include: (?P<path>\S+) -->\n(?P<body>.*?)<!-- /include -->", re.DOTALL)
 _SOURCE = re.compile(r"<!-- source: (?P<path>\S+) -->")
+_UNPUBLISHED = re.compile(r"<!-- unpublished: (?P<reason>.*?) -->", re.DOTALL)
 _HEADING = re.compile(r"^#{1,6} ", re.MULTILINE)
 _FENCE = re.compile(r"^```.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -171,8 +175,14 @@ def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list
         stale = [m["path"] for m in _INCLUDE.finditer(text) if _include_is_stale(m, root)]
         problems += [Problem(page, "-", f"include block of {path} differs from the file") for path in stale]
     for title, section in _sections(text):
-        problems += _check_section(page, title, section, root)
+        if not _UNPUBLISHED.search(section):
+            problems += _check_section(page, title, section, root)
     return problems
+
+
+def unpublished_sections(text: str) -> list[tuple[str, str]]:
+    """(section title, reason) of every section marked as quoting unpublished measurements."""
+    return [(title, m["reason"]) for title, section in _sections(text) for m in _UNPUBLISHED.finditer(section)]
 
 
 def _include_is_stale(match: re.Match[str], root: Path) -> bool:

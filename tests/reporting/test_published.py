@@ -105,3 +105,12 @@ def test_render_pages_rewrites_in_place_and_check_changes_nothing(run_dir, tmp_p
     assert "stale" in page.read_text()
     assert render_pages([page], tmp_path) == []
     assert TABLE in page.read_text()
+
+
+def test_an_unpublished_section_is_listed_and_not_checked(tmp_path):
+    from robustbench_wave.reporting.published import unpublished_sections
+
+    page = "# T\n\n## Old\n\n<!-- unpublished: measured 2026-11-30 on another machine -->\nIt kept 62.6%.\n"
+    assert check_markdown(page, tmp_path) == []
+    assert unpublished_sections(page) == [("Old", "measured 2026-11-30 on another machine")]
+    assert check_markdown(page.replace("<!-- unpublished: measured 2026-11-30 on another machine -->", ""), tmp_path)
