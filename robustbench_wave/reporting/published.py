@@ -182,7 +182,9 @@ def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list
 
 def unpublished_sections(text: str) -> list[tuple[str, str]]:
     """(section title, reason) of every section marked as quoting unpublished measurements."""
-    return [(title, m["reason"]) for title, section in _sections(text) for m in _UNPUBLISHED.finditer(section)]
+    return [
+        (title, m["reason"]) for title, section in _sections(text) for m in _UNPUBLISHED.finditer(section)
+    ]
 
 
 def _include_is_stale(match: re.Match[str], root: Path) -> bool:

@@ -22,7 +22,10 @@ def run_dir(tmp_path):
 def test_publish_then_docs_renders_and_checks_the_page(run_dir, tmp_path, capsys):
     into = tmp_path / "results" / "published"
     assert report.main(["publish", str(run_dir), "--name", "demo", "--into", str(into)]) == 0
-    assert json.loads((into / "demo" / "source.json").read_text())["command"] == "python -m robustbench_wave.attack"
+    assert (
+        json.loads((into / "demo" / "source.json").read_text())["command"]
+        == "python -m robustbench_wave.attack"
+    )
     page = tmp_path / "README.md"
     include = "<!-- include: results/published/demo/table.txt -->\n<!-- /include -->\n"
     page.write_text(f"# T\n\n{include}\nThe wavelet ViT keeps 86.0%.\n")

@@ -113,4 +113,6 @@ def test_an_unpublished_section_is_listed_and_not_checked(tmp_path):
     page = "# T\n\n## Old\n\n<!-- unpublished: measured 2026-11-30 on another machine -->\nIt kept 62.6%.\n"
     assert check_markdown(page, tmp_path) == []
     assert unpublished_sections(page) == [("Old", "measured 2026-11-30 on another machine")]
-    assert check_markdown(page.replace("<!-- unpublished: measured 2026-11-30 on another machine -->", ""), tmp_path)
+    assert check_markdown(
+        page.replace("<!-- unpublished: measured 2026-11-30 on another machine -->", ""), tmp_path
+    )
