@@ -66,6 +66,9 @@ _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 # A quoted number: optional sign, digits, optional decimals, optional percent sign; not part of a word, a
 # version (2.14.1), a date (2026-12-01) or a file name.
 _NUMBER = re.compile(r"(?<![\w.\-/])([+\-−]?\d+(?:\.\d+)?)(%?)(?![\w.\-/]*\w)")
+_LEVEL = re.compile(
+    r"\s+(?:(?:Wilson|Newcombe|two-sided|one-sided|t-?|bootstrap|confidence)\s*)*(?:interval|confidence|CI)"
+)
 _FILE_NUMBER = re.compile(r"[+\-−]?\d+(?:\.\d+)?(?:[eE][+\-]?\d+)?")
 
 
@@ -232,8 +235,11 @@ def _prose(section: str) -> str:
 
 
 def _quoted_numbers(section: str) -> Iterable[tuple[str, str]]:
-    for match in _NUMBER.finditer(_prose(section)):
+    prose = _prose(section)
+    for match in _NUMBER.finditer(prose):
         value, percent = match.group(1), match.group(2)
+        if percent and (value == "100" or _LEVEL.match(prose, match.end())):
+            continue  # a scale's end or a confidence level ("95% Wilson interval"), not a measurement
         if percent or "." in value or value[0] in "+-−":
             yield value, percent
 

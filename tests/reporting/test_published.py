@@ -116,3 +116,11 @@ def test_an_unpublished_section_is_listed_and_not_checked(tmp_path):
     assert check_markdown(
         page.replace("<!-- unpublished: measured 2026-11-30 on another machine -->", ""), tmp_path
     )
+
+
+def test_confidence_levels_and_the_scales_end_are_not_measurements(tmp_path):
+    page = (
+        "# T\n\n## S\n\nA 95% Wilson interval, a 90% interval, a 95% confidence level, from chance to 100%.\n"
+    )
+    assert check_markdown(page, tmp_path) == []
+    assert check_markdown(page + "It kept 95%.\n", tmp_path) != []
