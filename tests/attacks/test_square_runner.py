@@ -12,18 +12,7 @@ from robustbench_wave.attacks import AttackRequest, GradSafe, RunContext, attack
 from robustbench_wave.attacks.square import SquareSettings, p_selection, square_linf
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.models.zoo import load_spec
-from tests.support.attack_models import labelled, toy_data
-
-
-def conv_net(channels: int, seed: int = 0, n_classes: int = 4) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Conv2d(channels, 6, 3, padding=1),
-        nn.ReLU(),
-        nn.AvgPool2d(4),
-        nn.Flatten(),
-        nn.Linear(6 * 4 * 4, n_classes),
-    ).eval()
+from tests.support.attack_models import conv_net, labelled, toy_data
 
 
 def both(model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: SquareSettings) -> tuple:
