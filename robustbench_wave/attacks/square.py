@@ -9,12 +9,14 @@ torch's global RNG in the same order, the same float expressions -- except that 
 not sent to the model: their margin and loss are the ones already stored for that very point, so every
 decision and every returned point is the same.
 
-That equality needs a forward whose output row depends only on its input row and repeats exactly: true of
-every deterministic model in eval mode (measured on the zoo models: no last-bit difference between a point
-alone, in any subset or in the full block; :class:`~robustbench_wave.attacks.model_state.GradSafe` pads
-1-3 row batches so that small batches take the same kernels). Randomised models never get here (the 'rand'
-protocol skips Square, :mod:`robustbench_wave.evaluation.eot`). ``tests/attacks/test_square_runner.py``
-checks the returned points against ``torchattacks.Square`` itself.
+That equality needs a forward whose output row depends only on its input row, repeats exactly and draws
+nothing from torch's RNG: true of the zoo models in eval mode (measured: no last-bit difference between a
+point alone, in any subset or in the full block; :class:`~robustbench_wave.attacks.model_state.GradSafe`
+pads 1-3 row batches). Each call checks it on its own block before skipping anything
+(:func:`answers_repeat`), and skips only in batches of :data:`MIN_SKIP_ROWS` rows or more, where CPU kernels
+no longer change with the row count; a randomised model (the 'rand' protocol still runs Square on it) or one
+whose rows depend on the batch is queried on every point, exactly as torchattacks does.
+``tests/attacks/test_square_runner.py`` checks the returned points against ``torchattacks.Square`` itself.
 """
 
 from __future__ import annotations
@@ -88,6 +90,33 @@ def margin_and_loss(
     return margin, (margin if loss == "margin" else -1.0 * xent)
 
 
+def _rng_state(device: torch.device) -> list[torch.Tensor]:
+    """torch's global RNG state: the CPU generator's, and the device's when it is a GPU."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+#: Fewest rows a forward must have for a stored answer to stand in for a new one: batches of very few rows take
+#: other CPU kernels (measured: a small CNN's rows change in the last bits up to 4 rows, a 2-layer MLP's up to
+#: 10, the zoo ViTs' never), so below this every point is queried, as torchattacks does.
+MIN_SKIP_ROWS = 16
+
+
+def answers_repeat(model: nn.Module, x: torch.Tensor, logits: torch.Tensor, rng: list[torch.Tensor]) -> bool:
+    """Whether a stored answer is what a new forward of the same point would give, for batches of
+    :data:`MIN_SKIP_ROWS` rows or more: the forward that made ``logits`` drew nothing from torch's RNG
+    (``rng``: the state before it), and the first ``MIN_SKIP_ROWS`` points alone get the same bits as in the
+    whole batch (deterministic, rows independent of their batch at both sizes; the RNG is forked for it)."""
+    if len(x) < MIN_SKIP_ROWS:
+        return False  # no forward of this call will be big enough to skip anything
+    if not all(torch.equal(a, b) for a, b in zip(rng, _rng_state(x.device), strict=True)):
+        return False
+    with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+        return torch.equal(model(x[:MIN_SKIP_ROWS]), logits[:MIN_SKIP_ROWS])
+
+
 @dataclass
 class _Best:
     """The running best point of every example and the margin and loss the model gave it."""
@@ -111,24 +140,30 @@ def _proposal(
 
 
 def _query(
-    model: nn.Module, x_new: torch.Tensor, y: torch.Tensor, best: _Best, loss: str, count: QueryCount
+    model: nn.Module, x_new: torch.Tensor, y: torch.Tensor, best: _Best | None, loss: str, count: QueryCount
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(margin, loss) of every proposal; an unchanged point gets its stored values instead of a forward."""
-    changed = (x_new != best.x).flatten(1).any(1)
-    if bool(changed.all()):
+    """(margin, loss) of every proposal. With ``best`` (the model's answers repeat) and at least
+    :data:`MIN_SKIP_ROWS` points changed, only those are queried and an unchanged point gets its stored values;
+    otherwise every point is queried in one batch, as torchattacks does. (The stored values then come from
+    batches of at least that many rows too: the number of points still standing never grows.)"""
+    rows = None if best is None else (x_new != best.x).flatten(1).any(1).nonzero().flatten()
+    if rows is None or len(rows) == len(y) or len(rows) < MIN_SKIP_ROWS:
         count.made += len(y)
         return margin_and_loss(model, x_new, y, loss)
     margin, loss_out = best.margin.clone(), best.loss.clone()
-    rows = changed.nonzero().flatten()
     count.made += len(rows)
     count.skipped += len(y) - len(rows)
-    if len(rows):
-        margin[rows], loss_out[rows] = margin_and_loss(model, x_new[rows], y[rows], loss)
+    margin[rows], loss_out[rows] = margin_and_loss(model, x_new[rows], y[rows], loss)
     return margin, loss_out
 
 
 def _single_run(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: SquareSettings, count: QueryCount
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    settings: SquareSettings,
+    count: QueryCount,
+    skip: bool,
 ) -> torch.Tensor:
     """One restart of the random search on ``x`` (torchattacks' ``attack_single_run``, L∞); the best points."""
     eps, device = settings.eps, x.device
@@ -146,7 +181,7 @@ def _single_run(
         p = p_selection(settings.p_init, i_iter, settings.n_queries)
         s = max(round(math.sqrt(p * n_features / c)), 1)
         x_new = _proposal(x_curr, x_best_curr, eps, s, device)
-        best = _Best(x_best_curr, margin_min_curr, loss_min_curr)
+        best = _Best(x_best_curr, margin_min_curr, loss_min_curr) if skip else None
         margin, loss = _query(model, x_new, y_curr, best, settings.loss, count)
         # torchattacks' update, expression for expression (0/1 floats, not torch.where)
         improved = (loss < loss_min_curr).float()
@@ -171,7 +206,10 @@ def square_linf(
     count = QueryCount()
     x, y = x.clone().detach(), y.clone().detach().long()
     adv = x.clone()
-    acc = model(x).max(1)[1] == y
+    rng = _rng_state(x.device)
+    logits = model(x)
+    skip = answers_repeat(model, x, logits, rng)
+    acc = logits.max(1)[1] == y
     count.made += len(y)
     torch.random.manual_seed(settings.seed)
     torch.cuda.random.manual_seed(settings.seed)
@@ -179,7 +217,7 @@ def square_linf(
         ind_to_fool = acc.nonzero().flatten()
         if ind_to_fool.numel() == 0:
             continue
-        adv_curr = _single_run(model, x[ind_to_fool].clone(), y[ind_to_fool].clone(), settings, count)
+        adv_curr = _single_run(model, x[ind_to_fool].clone(), y[ind_to_fool].clone(), settings, count, skip)
         fooled = (model(adv_curr).max(1)[1] != y[ind_to_fool]).nonzero().flatten()
         count.made += len(ind_to_fool)
         acc[ind_to_fool[fooled]] = False
