@@ -17,6 +17,7 @@ Run alone: ``python -m benchmarks.bench_square [--quick]``.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,7 @@ from benchmarks.harness import (
     bench_images,
     bench_model,
     interleaved,
+    median,
     predicted_labels,
     ratio_rows,
     run_script,
@@ -66,13 +68,17 @@ def reference_square() -> Iterator[None]:
 def square_case(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: SquareSettings, reps: int
 ) -> tuple[dict[str, list[float]], str]:
-    """Seconds per run of both variants (interleaved) and the note: same points? forwards skipped?"""
+    """Seconds per run of both variants (interleaved) and the note: same points? forwards skipped? the ratio
+    of the process's CPU time (on a shared machine it moves less with other jobs than the wall time)?"""
     out: dict[str, Any] = {}
+    cpu: dict[str, list[float]] = {"torchattacks": [], "harness": []}
 
     def run(variant: str, fn: Callable) -> Callable[[], None]:
         def call() -> None:
+            t0 = time.process_time()
             with seeded(0):
                 out[variant] = fn(model, x, y, settings)
+            cpu[variant].append(time.process_time() - t0)
 
         return call
 
@@ -84,7 +90,9 @@ def square_case(
     count = out["harness"][1]
     same = torch.equal(out["harness"][0], out["torchattacks"][0])
     skipped = count.skipped / max(1, count.made + count.skipped)
-    return times, f"same points: {'yes' if same else 'NO'}; forwards skipped: {skipped:.0%}"
+    cpu_ratio = median(cpu["harness"]) / median(cpu["torchattacks"])
+    note = f"same points: {'yes' if same else 'NO'}; forwards skipped: {skipped:.0%}; CPU-time ratio {cpu_ratio:.2f}"
+    return times, note
 
 
 def square_rows(
