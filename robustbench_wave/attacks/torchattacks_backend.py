@@ -36,6 +36,7 @@ from robustbench_wave.attacks.registry import (
     register_attack,
     register_family,
 )
+from robustbench_wave.attacks.square import SquareSettings, square_linf
 
 TARGETED_TRAITS = (Trait.ITERATIVE, Trait.AUTOATTACK)
 
@@ -254,9 +255,21 @@ def torchattacks_fabt(request: AttackRequest) -> RunOutput:
 
 @register_attack("square", backend="torchattacks", per_example_rng=False)
 def torchattacks_square(request: AttackRequest) -> RunOutput:
+    """torchattacks' Square; under L∞ as :func:`~robustbench_wave.attacks.square.square_linf` runs it (the same
+    points, without the forwards of points a proposal leaves unchanged)."""
     import torchattacks
 
     p = request.params
+    if request.threat == Threat.LINF.value:
+        settings = SquareSettings(
+            eps=request.eps,
+            n_queries=square_queries(p, request.eps),
+            n_restarts=p["restarts"],
+            p_init=p["p_init"],
+            loss=p["loss"],
+            seed=request.context.block_seed,
+        )
+        return RunOutput(square_linf(request.model, request.images, request.labels, settings)[0])
     atk = torchattacks.Square(
         request.model,
         norm=request.threat,
