@@ -302,9 +302,12 @@ def _attack_points(
             rng_block=run.rng_block,
             device=run.device,
             progress=progress,
+            by_block=run.predictor.block is not None,
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
-    pred, loss = run.predictor(run.model, x_adv, run.labels[idx], label, run_mode, repr(eps))
+    pred, loss = run.predictor(
+        run.model, x_adv, run.labels[idx], label, run_mode, repr(eps), ids=run.ids[idx]
+    )
     return (pred, loss, norms, last), x_adv
 
 
@@ -520,8 +523,9 @@ def evaluate(
     plan, eot = _plan(model, data, suite, settings, surrogate is not None, dev)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
-    predictor = Predictor(batch_size, dev, eot.draws, settings.seed if eot.changes_records else None)
+    predictor = _predictor(eot, settings.seed, batch_size, dev, plan.suite.rng_block)
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
+        ctx.eot_rows = eot.draw_rows
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
         run.adversarial = AdversarialSet(settings.model_name) if save_adversarial else None
         chunks, resumed = _attack_all(run, plan, cache, progress)
@@ -572,6 +576,19 @@ def _plan(
     return _skip(plan, eot.skipped), eot
 
 
+def _predictor(eot: EotPlan, seed: int, batch_size: int, dev: torch.device, rng_block: int) -> Predictor:
+    """Single draws for a deterministic model (as called); K seeded draws per prediction under EOT, per
+    seeding block of ids for a randomised model (its records then do not depend on ``batch_size``)."""
+    return Predictor(
+        batch_size,
+        dev,
+        eot.draws,
+        seed if eot.changes_records else None,
+        rows=eot.draw_rows,
+        block=rng_block if eot.stochastic else None,
+    )
+
+
 def _skip(plan: Plan, skipped: Mapping[str, str]) -> Plan:
     """``plan`` without the attacks in ``skipped`` (name -> why): this model's, so they join the entries it
     cannot run (``Plan.not_applicable``, its meta.json ``plan``), not those skipped for every model."""
@@ -597,7 +614,7 @@ def _start(
     """Clean predictions: the run's starting worst case, and the clean records with their timing."""
     images, labels, ids = data.tensors()
     t0 = time.perf_counter()
-    pred, loss = predictor(model, images, labels, "clean")
+    pred, loss = predictor(model, images, labels, "clean", ids=ids)
     clean_correct = pred == labels
     worst_eps = {t: v for t, v in plan.threat_eps.items() if not is_average_case(t)}
     state = RobustState(clean_correct, modes, worst_eps)
