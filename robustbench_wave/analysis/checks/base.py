@@ -21,6 +21,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from robustbench_wave.evaluation.eot import EotPlan
+
 
 class Reads(str, Enum):
     """What a check reads: per-example records, or the model itself run on the diagnostics subset."""
@@ -55,7 +57,9 @@ class CheckInputs:
     ``records`` are the benchmark's rows of one model (None when there are none); ``subset_records`` are
     records of a small generated suite on the subset ``x, y`` in which every attack ran on every
     clean-correct point, so a record check the benchmark's records cannot decide can fall back to them.
-    ``histories`` collects the loss curves a check measures (plotted by the report).
+    ``histories`` collects the loss curves a check measures (plotted by the report). ``eot`` is the run's
+    randomness protocol (:class:`~robustbench_wave.evaluation.eot.EotPlan`): checks of a randomised model
+    judge the K-draw decisions the evaluation used, not single draws.
     """
 
     records: pd.DataFrame | None = None
@@ -68,6 +72,12 @@ class CheckInputs:
     steps: int = 10  # PGD steps of the subset attacks
     seed: int = 0
     histories: dict[str, list[float]] = field(default_factory=dict)
+    eot: EotPlan | None = None  # what the run did about randomness (None: single draws, as before EOT)
+
+    @property
+    def votes(self) -> bool:
+        """The run decided this randomised model's predictions by K-draw votes (the 'rand' protocol)."""
+        return self.eot is not None and self.eot.votes
 
     def subset(self) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         """The model and the subset, for checks that run the model."""

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks import Threat, attack_mode, input_gradient, mode_context, pgd_with_history
-from robustbench_wave.evaluation.eot import LOGIT_RTOL, measure_randomness
+from robustbench_wave.evaluation.eot import LOGIT_RTOL, VOTE_TOL, EotPlan, measure_randomness, vote_agreement
 from robustbench_wave.models.frontend import GradMode
 
 from .base import Check, CheckInputs, CheckResult, Reads, register_check
@@ -240,16 +240,20 @@ class GradientHealth(Check):
 @register_check
 @dataclass(frozen=True)
 class Deterministic(Check):
-    """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes.
+    """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes. When the run
+    applied the 'rand' protocol (EOT: predictions by the K-draw vote), the decision it used must be stable
+    instead: two independent K-draw votes of the subset agree on all but ``vote_tol`` of its points.
 
-    A failure means the model is randomized in eval mode: single-draw gradients are noisy, so attacks must
-    use EOT (expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws.
+    A failure means the model is randomized in eval mode and the run used single draws (single-draw
+    gradients are noisy, so attacks must use EOT -- expectation over transformation, Athalye et al. 2018 --
+    and accuracy must be averaged over draws), or that even its K-draw votes are unsettled (more draws).
     """
 
     name: ClassVar[str] = "deterministic"
     reads: ClassVar[Reads] = Reads.MODEL
     per_mode: ClassVar[bool] = False
     rtol: float = LOGIT_RTOL  # relative logit difference between two forwards (gradients: at least 1e-3)
+    vote_tol: float = VOTE_TOL  # fraction of points two independent K-draw votes may disagree on (EOT runs)
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         model, x, y = inputs.subset()
@@ -257,13 +261,35 @@ class Deterministic(Check):
         randomness = measure_randomness(model, x, y)  # the test the evaluation runs before attacking
         numbers = {**dataclasses.asdict(randomness), "handed_over_in_train_mode": was_training}
         passed = randomness.deterministic(self.rtol)
-        meaning = (
-            "deterministic in eval mode"
-            if passed
-            else "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
-            "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws "
-            "(the attack run does both unless --eot off: see its meta.json 'eot')"
-        )
+        if passed:
+            meaning = "deterministic in eval mode"
+        elif inputs.votes and inputs.eot is not None:
+            passed, meaning = self._votes_settled(inputs, inputs.eot, numbers)
+        else:
+            meaning = (
+                "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
+                "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over "
+                "draws (the attack run does both unless --eot off: see its meta.json 'eot')"
+            )
         if was_training:
             meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"
         return CheckResult(self.name, passed, numbers, meaning, None)
+
+    def _votes_settled(self, inputs: CheckInputs, eot: EotPlan, numbers: dict[str, Any]) -> tuple[bool, str]:
+        """Randomised, with the run's K-draw votes: do two independent votes agree within ``vote_tol``?"""
+        model, x, y = inputs.subset()
+        agreement = vote_agreement(model, x, y, eot, inputs.seed, x.device)
+        numbers |= {"eot_draws": eot.draws, "eot_iter": eot.eot_iter, "vote_agreement": agreement}
+        numbers |= {"vote_tol": self.vote_tol}
+        k = f"K = {eot.draws}"
+        if 1.0 - agreement <= self.vote_tol:
+            return True, (
+                f"randomized in eval mode, and the run handled it: EOT ({eot.eot_iter} draws per gradient) and "
+                f"predictions by the {k}-draw vote, which is settled here (two independent votes agree on "
+                f"{agreement:.1%} of the points; tolerance {self.vote_tol:.0%})"
+            )
+        return False, (
+            f"randomized in eval mode and its {k}-draw votes are unsettled: two independent votes agree on only "
+            f"{agreement:.1%} of the points (at least {1 - self.vote_tol:.0%} needed); the run's accuracies depend on "
+            "the draw -- use more draws (--eot-draws)"
+        )
