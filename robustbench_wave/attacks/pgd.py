@@ -267,15 +267,21 @@ def pgd_with_history(
     ids: torch.Tensor | None = None,
     random_start: bool = True,
     stream: str = "pgd",
+    eot_iter: int = 1,
+    eot_rows: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Builtin PGD returning ``(x_adv_best, history)``: mean cross-entropy after each step (shape (steps,)).
 
     Every restart runs on every example, so the history averages over all ``len(x) * restarts`` runs. The
     gradient rule is whatever ``grad_mode(model, ...)`` the caller set. ``ids`` default to ``arange(len(x))``;
-    pass the evaluation's example ids (and ``stream`` = the suite entry name) to reproduce its random starts.
+    pass the evaluation's example ids (and ``stream`` = the suite entry name) to reproduce its random starts;
+    ``eot_iter`` / ``eot_rows`` the EOT of a randomised model (:class:`PGD`).
     """
     ids = torch.arange(x.shape[0]) if ids is None else ids.cpu()
-    attack = PGD(eps, norm, steps, step_size, restarts, random_start, seed, stream, all_restarts=True)
+    attack = PGD(
+        eps, norm, steps, step_size, restarts, random_start, seed, stream,
+        all_restarts=True, eot_iter=eot_iter, eot_rows=eot_rows,
+    )  # fmt: skip
     with attack_mode(model):
         x_adv, _, history = attack.run(GradSafe(model), x, y, ids)
     return x_adv, history

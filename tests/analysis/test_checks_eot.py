@@ -80,3 +80,25 @@ def test_best_vs_last_iterate_fires_under_eot_when_successes_are_lost_beyond_vot
 def test_an_eot_plan_reads_back_from_its_meta_entry() -> None:
     assert EotPlan.from_meta(RAND.to_meta()) == RAND
     assert EotPlan.from_meta(OFF.to_meta()) == OFF
+
+
+def test_the_model_checks_own_pgd_uses_the_runs_eot_on_a_randomised_model(monkeypatch) -> None:
+    """large_eps_to_chance and attack_convergence attack with the run's EOT draws and judge by its K-draw
+    vote under EOT, with single draws otherwise."""
+    from robustbench_wave.analysis.checks import model_checks
+
+    seen: list[dict] = []
+    real = model_checks.pgd_with_history
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append({k: kwargs.get(k, 1) for k in ("eot_iter",)})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_checks, "pgd_with_history", spy)
+    for eot, expected in ((RAND, 20), (OFF, 1)):
+        seen.clear()
+        inputs = dataclasses.replace(_model_inputs(NoisyQuadrant(), eot), eps=0.15, steps=2)
+        result = get_check("large_eps_to_chance")(steps=3).run(inputs, "exact")
+        assert result.passed is True and seen == [{"eot_iter": expected}]
+        get_check("attack_convergence")(more=2).run(inputs, "exact")
+        assert [s["eot_iter"] for s in seen[1:]] == [expected] * 3

@@ -2,13 +2,16 @@
 
 They attack or differentiate the model themselves: PGD at a budget large enough to erase the image, more
 steps and restarts of the suite's own PGD engine (:func:`robustbench_wave.attacks.pgd_with_history`), the
-health of input gradients, and whether two forward passes agree (else attacks need EOT).
+health of input gradients, and whether two forward passes agree (else attacks need EOT). On a randomised
+model that the run attacked with the 'rand' protocol (``CheckInputs.eot``), their PGD averages the run's EOT
+draws and their accuracies are the run's K-draw votes, under the check's own seed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,8 +19,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import Threat, attack_mode, input_gradient, mode_context, pgd_with_history
+from robustbench_wave.attacks import (
+    Threat,
+    attack_mode,
+    derive_seed,
+    input_gradient,
+    mode_context,
+    pgd_with_history,
+    seeded,
+)
 from robustbench_wave.evaluation.eot import LOGIT_RTOL, VOTE_TOL, EotPlan, measure_randomness, vote_agreement
+from robustbench_wave.evaluation.execute import predict
 from robustbench_wave.models.frontend import GradMode
 
 from .base import Check, CheckInputs, CheckResult, Reads, register_check
@@ -26,9 +38,30 @@ LINF = Threat.LINF.value
 REL_STEP = 2.5  # PGD step size relative to eps / steps (Madry et al. 2018)
 
 
-def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, inputs: CheckInputs) -> float:
+    """Accuracy at ``x`` by the run's decision rule: one forward, or the K-draw vote under EOT."""
+    if inputs.votes and inputs.eot is not None:
+        pred, _ = predict(model, x, y, max(len(x), 1), x.device, inputs.eot.draws, inputs.eot.draw_rows)
+        return float((pred.to(y.device) == y).float().mean())
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())
+
+
+def _pgd_eot(inputs: CheckInputs) -> dict[str, int]:
+    """The run's EOT for a check's own PGD on a randomised model (none on single draws)."""
+    if inputs.votes and inputs.eot is not None:
+        return {"eot_iter": inputs.eot.eot_iter, "eot_rows": inputs.eot.draw_rows}
+    return {}
+
+
+@contextmanager
+def _draws_seeded(inputs: CheckInputs, name: str, device: torch.device) -> Iterator[None]:
+    """A randomised model's draws under the check's own seed (the RNG put back); nothing otherwise."""
+    if not inputs.votes:
+        yield
+        return
+    with seeded(derive_seed(inputs.seed, "check", name), device):
+        yield
 
 
 @register_check
@@ -51,12 +84,13 @@ class LargeEpsToChance(Check):
         if inputs.num_classes < 2:
             raise ValueError("large_eps_to_chance needs CheckInputs(num_classes=...) >= 2")
         mode = mode or GradMode.EXACT.value
-        with attack_mode(model), mode_context(model, mode):
+        with attack_mode(model), mode_context(model, mode), _draws_seeded(inputs, self.name, x.device):
             step = REL_STEP * self.eps / self.steps
             x_adv, _ = pgd_with_history(
-                model, x, y, eps=self.eps, norm=LINF, steps=self.steps, step_size=step, seed=inputs.seed
-            )
-            acc = _accuracy(model, x_adv, y)
+                model, x, y, eps=self.eps, norm=LINF, steps=self.steps, step_size=step, seed=inputs.seed,
+                **_pgd_eot(inputs),
+            )  # fmt: skip
+            acc = _accuracy(model, x_adv, y, inputs)
         chance = 1.0 / inputs.num_classes
         numbers = {"eps": self.eps, "accuracy": acc, "chance": chance, "slack": self.slack, "n": len(x)}
         passed = acc <= chance + self.slack
@@ -112,7 +146,7 @@ class AttackConvergence(Check):
         mode, eps, steps, more = mode or GradMode.EXACT.value, inputs.eps, inputs.steps, self.more
         runs = {"base": (steps, 1), "more_steps": (steps * more, 1), "more_restarts": (steps, more)}
         acc: dict[str, float] = {}
-        with attack_mode(model), mode_context(model, mode):
+        with attack_mode(model), mode_context(model, mode), _draws_seeded(inputs, self.name, x.device):
             for run, (n_steps, restarts) in runs.items():
                 x_adv, history = pgd_with_history(
                     model,
@@ -124,8 +158,9 @@ class AttackConvergence(Check):
                     step_size=REL_STEP * eps / n_steps,
                     restarts=restarts,
                     seed=inputs.seed,
+                    **_pgd_eot(inputs),
                 )
-                acc[run] = _accuracy(model, x_adv, y)
+                acc[run] = _accuracy(model, x_adv, y, inputs)
                 inputs.histories[f"{mode}:{run}"] = [float(v) for v in torch.as_tensor(history).flatten()]
         conv = loss_convergence(
             inputs.histories[f"{mode}:more_steps"], self.loss_flat_tol, self.min_loss_gain
