@@ -164,7 +164,8 @@ def _fingerprint(
     eot: EotPlan | None = None,
 ) -> str:
     """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs``, the
-    cross-check and EOT only when present, so the fingerprints of callers without them stay what they were."""
+    cross-check, EOT and parameters fitted to the model (a resolved low-frequency level) only when present,
+    so the fingerprints of callers without them stay what they were."""
     suite = {k: v for k, v in plan.suite.to_dict().items() if k not in ("description", "source")}
     return config_fingerprint(
         {
@@ -182,7 +183,15 @@ def _fingerprint(
         | ({"specs": dict(specs)} if specs else {})
         | ({"cross_check": {n: dataclasses.asdict(c) for n, c in plan.cross.items()}} if plan.cross else {})
         | ({"eot": eot.identity()} if eot is not None and eot.changes_records else {})
+        | ({"fitted": fitted} if (fitted := _fitted_params(plan)) else {})
     )
+
+
+def _fitted_params(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The entries whose parameters were fitted to this model (e.g. the low-frequency ``level = "auto"``
+    resolved, ``attacks.fit_entry``): name -> the parameters they run with."""
+    written = {e.name: dict(e.params) for e in plan.suite.attacks}
+    return {e.name: dict(e.params) for e in plan.entries if dict(e.params) != written.get(e.name)}
 
 
 @contextmanager
