@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
-from robustbench_wave.attacks.draws import DRAW_RULE, MAX_ROWS, rows_independent
+from robustbench_wave.attacks.draws import DRAW_RULE, rows_budget, rows_independent
 from robustbench_wave.evaluation.execute import predict
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,8 @@ def decide(
     plan = EotPlan(settings.mode, randomness)
     mode = EotMode(settings.mode)
     if mode is EotMode.ON or (mode is EotMode.AUTO and plan.stochastic):
-        rows = MAX_ROWS if not plan.stochastic or _rows_independent(model, x, seed, device) else 0
+        batchable = not plan.stochastic or _rows_independent(model, x, seed, device)
+        rows = rows_budget(device) if batchable else 0
         plan = dataclasses.replace(plan, draws=settings.draws, eot_iter=EOT_ITER, draw_rows=rows)
     if plan.stochastic:
         what = "EOT applies" if plan.active else "EOT is off: single-draw gradients and predictions"
