@@ -50,8 +50,11 @@ LOGIT_RTOL = 1e-4
 GRAD_RTOL = 1e-3
 #: Largest fraction of points on which two independent K-draw votes of a randomised model may disagree for
 #: its K-draw decisions to count as settled (the ``deterministic`` and ``best_vs_last_iterate`` checks under
-#: EOT, the re-audit of its saved points).
-VOTE_TOL = 0.05
+#: EOT, the re-audit of its saved points). Such points sit near a tie and flip both ways, so an accuracy moves
+#: by far less than this share -- less than the 95% Wilson half-width (7-10 points) at the gallery's n of
+#: 100-200. Measured with K = 21 on 64 test images: 95-98% agreement for stochastic activation pruning,
+#: 92-95% for random resize-and-pad; a model answering at random agrees on about 1 / classes.
+VOTE_TOL = 0.10
 
 
 class EotMode(str, Enum):
