@@ -33,9 +33,9 @@ from torch import nn
 #: Largest number of rows (draws x points) one batched forward takes on an accelerator: the memory budget of
 #: a draw batch (the gallery's small CNN keeps about 60 kB of activations per 32x32 row for its backward).
 MAX_ROWS = 4096
-#: The same on a CPU, where a chunk's activations should stay in the caches: measured on the gallery's CNNs
-#: (one core, 20 draws), chunks of 128-512 rows were 1.2-2.7x faster than one draw per forward for 4 points
-#: and no faster for 32 (beyond ~512 rows, slower: the activations leave the caches).
+#: The same on a CPU, where a chunk's activations should stay in the caches: on the gallery's CNNs (one core,
+#: 20 draws) chunks of 128-512 rows took 0.44-0.87 of one draw per forward's time for 4 points and 0.72-1.02
+#: for 27 (``benchmarks/bench_eot.py``); 4096-row chunks were slower than no batching for 32 points.
 CPU_ROWS = 512
 
 
