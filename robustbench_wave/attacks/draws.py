@@ -35,8 +35,10 @@ from torch import nn
 MAX_ROWS = 4096
 #: The same on a CPU, where a chunk's activations should stay in the caches: on the gallery's CNNs (one core,
 #: 20 draws) chunks of 128-512 rows took 0.44-0.87 of one draw per forward's time for 4 points and 0.72-1.02
-#: for 27 (``benchmarks/bench_eot.py``); 4096-row chunks were slower than no batching for 32 points.
-CPU_ROWS = 512
+#: for 27 (``benchmarks/bench_eot.py``); 4096-row chunks were slower than no batching for 32 points. At 512
+#: rows a 32x32 CNN's first activation (16 channels) is 32 MB, past glibc's largest mmap threshold, so every
+#: forward page-faults it in again (0.15 s of system time per 20-draw gradient of 27 points); 256 rows do not.
+CPU_ROWS = 256
 
 
 def rows_budget(device: torch.device) -> int:
