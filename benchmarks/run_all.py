@@ -15,12 +15,13 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks import bench_frontend, bench_pgd, bench_ranks, bench_suite, bench_train
+from benchmarks import bench_frontend, bench_pgd, bench_ranks, bench_square, bench_suite, bench_train
 from benchmarks.harness import Row, machine_facts, markdown_table, parser, write_outputs
 
 BENCHES: dict[str, Callable] = {
     "pgd": bench_pgd.bench,
     "suite": bench_suite.bench,
+    "square": bench_square.bench,
     "frontend": bench_frontend.bench,
     "ranks": bench_ranks.bench,
     "train": bench_train.bench,

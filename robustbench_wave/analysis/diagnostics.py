@@ -45,8 +45,8 @@ from robustbench_wave.attacks import (
     modes_for,
     parse_suite,
 )
-from robustbench_wave.evaluation import EvalSettings, evaluate
-from robustbench_wave.evaluation.eot import EotSettings
+from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate
+from robustbench_wave.evaluation.eot import EotPlan, EotSettings
 from robustbench_wave.evaluation.metrics import reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
@@ -243,13 +243,24 @@ def _evaluate_subset(
     seed: int,
     model_name: str,
     eot: EotSettings,
-) -> pd.DataFrame:
-    """Records of ``suite`` on the subset: the ordinary evaluation, every attack on every clean-correct point,
+) -> EvaluationResult:
+    """Records (and meta) of ``suite`` on the subset: the ordinary evaluation, every attack on every clean-correct point,
     with the run's EOT choice (a randomised model is attacked as the run attacked it)."""
     settings = EvalSettings(
         model_name=model_name, dataset=info, grad_modes=tuple(modes), seed=seed, skip_broken=False, eot=eot
     )
-    return evaluate(model, x, y, suite, settings, example_ids=ids, progress=False).records
+    return evaluate(model, x, y, suite, settings, example_ids=ids, progress=False)
+
+
+def _eot_plan(
+    run_meta: Mapping[str, Any] | None, subset_meta: Mapping[str, Any], name: str
+) -> EotPlan | None:
+    """What the run did about the model's randomness (its meta.json), else what the subset evaluation did."""
+    for meta in (run_meta or {}, subset_meta):
+        eot = ((meta.get("models") or {}).get(name) or {}).get("eot")
+        if eot:
+            return EotPlan.from_meta(eot)
+    return None
 
 
 def run_diagnostics(
@@ -290,14 +301,16 @@ def run_diagnostics(
     suite = diagnostics_suite(eps, steps=steps, square_queries=square_queries)
     run_settings = (meta or {}).get("settings") or {}
     eot = EotSettings(**{name: run_settings[key] for key, name in EOT_KEYS.items() if key in run_settings})
-    subset = _evaluate_subset(model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name, eot)
+    evaluated = _evaluate_subset(
+        model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name, eot
+    )
     sweep = _evaluate_subset(
         model, x_all[idx], y_all[idx], idx, sweep_suite(eps, steps=steps), info, modes, seed, model_name, eot
-    )
+    ).records
     dev = model_device(model)
     inputs = CheckInputs(
         records=records,
-        subset_records=subset,
+        subset_records=evaluated.records,
         sweep_records=sweep,
         model=model,
         x=x_all[idx].to(dev),
@@ -306,12 +319,13 @@ def run_diagnostics(
         eps=eps,
         steps=steps,
         seed=seed,
+        eot=_eot_plan(meta, evaluated.meta, model_name),
     )
     results = [c.run(inputs, None) for c in checks if not c.per_mode]
     results += [c.run(inputs, mode) for mode in modes for c in checks if c.per_mode]
     settings = {"n": len(idx), "eps": eps, "steps": steps, "square_queries": square_queries, "modes": modes}
     settings |= {"seed": seed, "self_transfer": self_transfer, "thresholds": _thresholds(checks)}
-    report = DiagnosticsReport(model_name, results, inputs.histories, subset, settings)
+    report = DiagnosticsReport(model_name, results, inputs.histories, evaluated.records, settings)
     log.info("%s: %s", model_name, report.status)
     return report
 

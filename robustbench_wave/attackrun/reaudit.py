@@ -16,7 +16,9 @@ from robustbench_wave.data import load_test_images
 from robustbench_wave.distributed import resolve_device
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.chunks import state_sha256
-from robustbench_wave.evaluation.reaudit import FAILURES, reaudit_model
+from robustbench_wave.evaluation.eot import EotPlan
+from robustbench_wave.evaluation.reaudit import problems as reaudit_problems
+from robustbench_wave.evaluation.reaudit import reaudit_model
 from robustbench_wave.evaluation.result import load_adversarial
 from robustbench_wave.models.compiled import compile_model
 from robustbench_wave.reporting.runs import load_run
@@ -48,11 +50,12 @@ def reaudit_run(
             problems.append(f"{name}: the reloaded weights differ from the attacked ones (param_sha256)")
         rows = run.records[run.records["model"] == name]
         ids = range(len(data))
+        eot = run.meta["models"][name].get("eot")
         tables.append(
-            reaudit_model(model, data.images, data.labels, ids, adv, rows, batch_size=batch, device=dev)
-        )
+            reaudit_model(
+                model, data.images, data.labels, ids, adv, rows, batch_size=batch, device=dev,
+                eot=EotPlan.from_meta(eot) if eot else None, seed=int(config.get("seed", 0)),
+            )
+        )  # fmt: skip
     table = pd.concat(tables, ignore_index=True)
-    for col in FAILURES:
-        if table[col].sum():
-            problems.append(f"{int(table[col].sum())} {col[2:].replace('_', ' ')}")
-    return table, problems
+    return table, problems + reaudit_problems(table)

@@ -14,6 +14,7 @@ masking gradients. Nothing here judges success: the evaluation audits every retu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robustbench_wave.attacks import schemas
+from robustbench_wave.attacks.draws import eot_loss_grad
 from robustbench_wave.attacks.lowfreq import (
     AUTO_LEVEL,
     LOWFREQ_FAMILY,
@@ -106,6 +108,7 @@ def _pgd_settings(request: AttackRequest) -> dict[str, Any]:
     return {
         "loss": p.get("loss", "ce"),
         "eot_iter": p.get("eot_iter", 1),
+        "eot_rows": request.context.eot_rows,
         "eps": eps,
         "norm": request.threat,
         "steps": p["steps"],
@@ -152,9 +155,12 @@ def builtin_lowfreq_pgd(request: AttackRequest) -> RunOutput:
 def builtin_fgsm(request: AttackRequest) -> RunOutput:
     x, y = request.images, request.labels
     xr = x.detach().clone().requires_grad_(True)
-    grad = _ce_grad(request.model, xr, y)
-    for _ in range(request.params.get("eot_iter", 1) - 1):  # EOT: the sign of the summed (= mean) gradient
-        grad = grad + _ce_grad(request.model, xr, y)
+    eot = request.params.get("eot_iter", 1)
+    if eot > 1:  # EOT: the sign of the mean gradient over the draws
+        ce = functools.partial(F.cross_entropy, reduction="none")
+        _, grad, _ = eot_loss_grad(request.model, xr, y, eot, request.context.eot_rows, ce)
+    else:
+        grad = _ce_grad(request.model, xr, y)
     return RunOutput((x + request.eps * grad.sign()).clamp(0.0, 1.0).detach())
 
 

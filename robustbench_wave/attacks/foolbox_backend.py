@@ -6,7 +6,8 @@ The model is wrapped as ``foolbox.PyTorchModel(model, bounds=(0, 1))`` (needs ea
 
 ``loss = "dlr"`` swaps foolbox's loss hook (``get_loss_fn``) for :func:`robustbench_wave.attacks.pgd.dlr_loss`.
 ``eot_iter > 1`` wraps the model in foolbox's ``ExpectationOverTransformationWrapper``, which averages the
-*logits* of ``eot_iter`` passes before the loss (the builtin engine averages gradients; both are EOT).
+*logits* of ``eot_iter`` passes before the loss (the builtin engine averages gradients; both are EOT); with
+the run's ``eot_rows`` > 0 the same mean comes from batched forwards (:class:`~.draws.MeanOverDraws`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,26 @@ from typing import Any
 import torch
 from torch import nn
 
+from robustbench_wave.attacks.draws import MeanOverDraws
 from robustbench_wave.attacks.pgd import dlr_loss, keep_first_success, step_size
 from robustbench_wave.attacks.registry import AttackRequest, RunOutput, Threat, register_attack
 
 
 def _run(
-    model: nn.Module, attack: Any, x: torch.Tensor, y: torch.Tensor, eps: float, eot_iter: int = 1
+    model: nn.Module,
+    attack: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    eot_iter: int = 1,
+    eot_rows: int = 0,
 ) -> torch.Tensor:
     import foolbox
 
+    if eot_iter > 1 and eot_rows > 0:  # the wrapper's mean of the draws' logits, in batched forwards
+        model = MeanOverDraws(model, eot_iter, eot_rows)
     fmodel = foolbox.PyTorchModel(model, bounds=(0.0, 1.0), device=x.device)
-    if eot_iter > 1:
+    if eot_iter > 1 and eot_rows <= 0:
         fmodel = foolbox.models.ExpectationOverTransformationWrapper(fmodel, n_steps=eot_iter)
     _, clipped, _ = attack(fmodel, x, y, epsilons=eps)
     return clipped.detach()
@@ -53,7 +63,8 @@ def foolbox_fgsm(request: AttackRequest) -> RunOutput:
 
     r = request
     eot = r.params.get("eot_iter", 1)
-    return RunOutput(_run(r.model, foolbox.attacks.FGSM(), r.images, r.labels, r.eps, eot))
+    rows = r.context.eot_rows
+    return RunOutput(_run(r.model, foolbox.attacks.FGSM(), r.images, r.labels, r.eps, eot, rows))
 
 
 @register_attack("pgd", backend="foolbox", per_example_rng=False)
@@ -68,6 +79,6 @@ def foolbox_pgd(request: AttackRequest) -> RunOutput:
     eot = p.get("eot_iter", 1)
 
     def attack(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return _run(model, atk, x, y, eps, eot)
+        return _run(model, atk, x, y, eps, eot, request.context.eot_rows)
 
     return RunOutput(keep_first_success(model, request.images, request.labels, p["restarts"], attack))

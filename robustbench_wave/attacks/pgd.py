@@ -15,7 +15,8 @@ operation for operation. ``loss = "dlr"`` ascends the Difference of Logits Ratio
 (:func:`dlr_loss`, the loss of APGD-DLR / APGD-T) instead of cross-entropy, so torchattacks' APGD has a second,
 independent implementation to be checked against. ``eot_iter = n > 1`` (Expectation over Transformation,
 Athalye et al. 2018) steps along the mean input gradient of n forward/backward passes: for a randomised
-model a single pass's gradient is one noisy sample of the direction that matters.
+model a single pass's gradient is one noisy sample of the direction that matters; the n draws go through the
+model ``eot_rows`` rows at a time (:mod:`.draws`), and a point is wrong when their plurality vote is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustbench_wave.attacks.draws import draw_logits, eot_loss_grad, vote
 from robustbench_wave.attacks.model_state import GradSafe, attack_mode
 from robustbench_wave.attacks.seeding import example_generators, random_delta
 
@@ -99,6 +101,7 @@ class PGD:
     all_restarts: bool = False  # restarts after the first also run on points already broken
     loss: str = "ce"  # the ascended (and best-iterate) loss: "ce" cross-entropy or "dlr" (:func:`dlr_loss`)
     eot_iter: int = 1  # forward/backward passes averaged per step (EOT); 1 = the plain gradient
+    eot_rows: int = 0  # rows (draws x points) per batched EOT forward (attacks.draws); 0 = one draw each
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
@@ -137,36 +140,37 @@ class PGD:
         logits = model(x)
         return dlr_loss(logits, y), logits.argmax(1) != y
 
+    def loss_of(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """This attack's per-example loss of given logits."""
+        if self.loss == "ce":
+            return F.cross_entropy(logits, y, reduction="none")
+        return dlr_loss(logits, y)
+
     def expected_objective(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The objective over ``eot_iter`` passes: mean loss, and wrong when most passes misclassify."""
-        loss_sum, wrong = self.objective(model, x, y)
+        """The objective over ``eot_iter`` draws: mean loss, and wrong when the draws' plurality vote is
+        (:func:`~robustbench_wave.attacks.draws.vote`, the rule the evaluation decides predictions by)."""
         if self.eot_iter == 1:
-            return loss_sum, wrong
-        wrong_n = wrong.to(loss_sum.dtype)
-        for _ in range(self.eot_iter - 1):
-            loss, wrong = self.objective(model, x, y)
-            loss_sum, wrong_n = loss_sum + loss, wrong_n + wrong
-        return loss_sum / self.eot_iter, 2 * wrong_n > self.eot_iter
+            return self.objective(model, x, y)
+        logits = draw_logits(model, x, self.eot_iter, self.eot_rows)
+        loss = torch.stack([self.loss_of(z, y) for z in logits]).mean(0)
+        return loss, vote(logits, y)[0] != y
 
     def loss_grad(
         self, model: nn.Module, adv: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(loss, wrong, input gradient) at ``adv``: the mean over ``eot_iter`` forward/backward passes.
 
-        One pass (the default) is the original loop's code path: same operations, same bits. With more, a
-        point counts as wrong when most passes misclassify it.
+        One pass (the default) is the original loop's code path: same operations, same bits. With more
+        (:func:`~robustbench_wave.attacks.draws.eot_loss_grad`, ``eot_rows`` rows per forward), a point counts
+        as wrong when the draws' plurality vote is.
         """
         adv.requires_grad_(True)
         if self.eot_iter == 1:
             return self._one_pass(model, adv, y)
-        loss_sum, wrong_n, grad_sum = self._one_pass(model, adv, y)
-        wrong_n = wrong_n.to(loss_sum.dtype)
-        for _ in range(self.eot_iter - 1):
-            loss, wrong, grad = self._one_pass(model, adv, y)
-            loss_sum, wrong_n, grad_sum = loss_sum + loss.detach(), wrong_n + wrong, grad_sum + grad
-        return loss_sum / self.eot_iter, 2 * wrong_n > self.eot_iter, grad_sum / self.eot_iter
+        loss, grad, logits = eot_loss_grad(model, adv, y, self.eot_iter, self.eot_rows, self.loss_of)
+        return loss, vote(logits, y)[0] != y, grad
 
     def _one_pass(
         self, model: nn.Module, adv: torch.Tensor, y: torch.Tensor
@@ -263,15 +267,21 @@ def pgd_with_history(
     ids: torch.Tensor | None = None,
     random_start: bool = True,
     stream: str = "pgd",
+    eot_iter: int = 1,
+    eot_rows: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Builtin PGD returning ``(x_adv_best, history)``: mean cross-entropy after each step (shape (steps,)).
 
     Every restart runs on every example, so the history averages over all ``len(x) * restarts`` runs. The
     gradient rule is whatever ``grad_mode(model, ...)`` the caller set. ``ids`` default to ``arange(len(x))``;
-    pass the evaluation's example ids (and ``stream`` = the suite entry name) to reproduce its random starts.
+    pass the evaluation's example ids (and ``stream`` = the suite entry name) to reproduce its random starts;
+    ``eot_iter`` / ``eot_rows`` the EOT of a randomised model (:class:`PGD`).
     """
     ids = torch.arange(x.shape[0]) if ids is None else ids.cpu()
-    attack = PGD(eps, norm, steps, step_size, restarts, random_start, seed, stream, all_restarts=True)
+    attack = PGD(
+        eps, norm, steps, step_size, restarts, random_start, seed, stream,
+        all_restarts=True, eot_iter=eot_iter, eot_rows=eot_rows,
+    )  # fmt: skip
     with attack_mode(model):
         x_adv, _, history = attack.run(GradSafe(model), x, y, ids)
     return x_adv, history

@@ -109,6 +109,7 @@ class RunContext:
     surrogate: nn.Module | None = None  # already wrapped and in attack mode
     block_seed: int = 0  # seed for library attacks (set per id block by the evaluation)
     num_classes: int | None = None  # the data set's class count; None = the width of the model's logits
+    eot_rows: int = 0  # rows (draws x points) per batched EOT forward (attacks.draws); 0 = one draw each
 
     def class_count(self, model: nn.Module, x: torch.Tensor) -> int:
         """The number of classes targeted attacks may aim at: ``num_classes``, else the model's logit width.

@@ -12,19 +12,21 @@ torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
 EOT (``eot_iter > 1``): APGD and APGD-T average ``eot_iter`` gradients themselves; FGSM and L∞ PGD switch to
 torchattacks' ``EOTPGD`` (FGSM = one step of size eps from the clean point). torchattacks has neither an L2
 EOT PGD nor a DLR-loss PGD, so this back-end refuses those settings (:meth:`RunnerSpec.rejection`) instead of
-running a different attack under the entry's name.
+running a different attack under the entry's name. With the run's ``eot_rows`` > 0 their EOT loops are served
+by batched forwards (:func:`~robustbench_wave.attacks.draws.with_batched_draws`): same loop, same sum.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from robustbench_wave.attacks import schemas
+from robustbench_wave.attacks.draws import with_batched_draws
 from robustbench_wave.attacks.pgd import keep_first_success, step_size
 from robustbench_wave.attacks.registry import (
     AttackKind,
@@ -36,6 +38,7 @@ from robustbench_wave.attacks.registry import (
     register_attack,
     register_family,
 )
+from robustbench_wave.attacks.square import SquareSettings, square_linf
 
 TARGETED_TRAITS = (Trait.ITERATIVE, Trait.AUTOATTACK)
 
@@ -122,6 +125,21 @@ register_family(
 )
 
 
+def _eot(cls: type, request: AttackRequest) -> Callable[..., Any]:
+    """``cls``, or with EOT (``eot_iter`` > 1) and the run's ``eot_rows`` > 0 a builder of ``cls`` whose own EOT
+    loop is served by batched draws (:func:`~robustbench_wave.attacks.draws.with_batched_draws`)."""
+    rows = request.context.eot_rows
+    if request.params.get("eot_iter", 1) <= 1 or rows <= 0:
+        return cls
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        atk = with_batched_draws(cls)(*args, **kwargs)
+        atk.draw_rows = rows
+        return atk
+
+    return build
+
+
 def square_queries(params: Mapping[str, Any], eps: float) -> int:
     """Square's query budget at ``eps``: ``n_queries``, or ``small_eps_queries`` below ``small_eps_below``."""
     return params["small_eps_queries"] if eps < params["small_eps_below"] else params["n_queries"]
@@ -134,7 +152,9 @@ def torchattacks_fgsm(request: AttackRequest) -> RunOutput:
     model, x, y, eps = request.model, request.images, request.labels, request.eps
     eot = request.params.get("eot_iter", 1)
     if eot > 1:  # one EOT step of size eps from the clean point: FGSM on the mean gradient
-        atk = torchattacks.EOTPGD(model, eps=eps, alpha=eps, steps=1, eot_iter=eot, random_start=False)
+        atk = _eot(torchattacks.EOTPGD, request)(
+            model, eps=eps, alpha=eps, steps=1, eot_iter=eot, random_start=False
+        )
         return RunOutput(atk(x, y).detach())
     return RunOutput(torchattacks.FGSM(model, eps=eps)(x, y).detach())
 
@@ -158,7 +178,7 @@ def torchattacks_pgd(request: AttackRequest) -> RunOutput:
         raise ValueError(f"attack {request.name!r}: {reason}")
     kw = {"eps": eps, "alpha": step_size(p, eps), "steps": p["steps"], "random_start": p["random_start"]}
     if p.get("eot_iter", 1) > 1:
-        atk = torchattacks.EOTPGD(model, eot_iter=p["eot_iter"], **kw)
+        atk = _eot(torchattacks.EOTPGD, request)(model, eot_iter=p["eot_iter"], **kw)
     else:
         atk = (torchattacks.PGD if request.threat == Threat.LINF.value else torchattacks.PGDL2)(model, **kw)
     return RunOutput(keep_first_success(model, request.images, request.labels, p["restarts"], atk))
@@ -169,7 +189,7 @@ def torchattacks_apgd(request: AttackRequest) -> RunOutput:
     import torchattacks
 
     p = request.params
-    atk = torchattacks.APGD(
+    atk = _eot(torchattacks.APGD, request)(
         request.model,
         norm=request.threat,
         eps=request.eps,
@@ -217,7 +237,7 @@ def _apgdt_class() -> type:
 @register_attack("apgd-t", backend="torchattacks", per_example_rng=False)
 def torchattacks_apgdt(request: AttackRequest) -> RunOutput:
     p = request.params
-    atk = _apgdt_class()(
+    atk = _eot(_apgdt_class(), request)(
         request.model,
         norm=request.threat,
         eps=request.eps,
@@ -254,9 +274,21 @@ def torchattacks_fabt(request: AttackRequest) -> RunOutput:
 
 @register_attack("square", backend="torchattacks", per_example_rng=False)
 def torchattacks_square(request: AttackRequest) -> RunOutput:
+    """torchattacks' Square; under L∞ as :func:`~robustbench_wave.attacks.square.square_linf` runs it (the same
+    points, without the forwards of points a proposal leaves unchanged)."""
     import torchattacks
 
     p = request.params
+    if request.threat == Threat.LINF.value:
+        settings = SquareSettings(
+            eps=request.eps,
+            n_queries=square_queries(p, request.eps),
+            n_restarts=p["restarts"],
+            p_init=p["p_init"],
+            loss=p["loss"],
+            seed=request.context.block_seed,
+        )
+        return RunOutput(square_linf(request.model, request.images, request.labels, settings)[0])
     atk = torchattacks.Square(
         request.model,
         norm=request.threat,

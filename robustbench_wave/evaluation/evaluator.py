@@ -166,7 +166,8 @@ def _fingerprint(
     eot: EotPlan | None = None,
 ) -> str:
     """Identity of everything a chunk's records depend on (a resumed chunk must match it); ``specs``, the
-    cross-check and EOT only when present, so the fingerprints of callers without them stay what they were."""
+    cross-check, EOT and parameters fitted to the model (a resolved low-frequency level) only when present,
+    so the fingerprints of callers without them stay what they were."""
     suite = {k: v for k, v in plan.suite.to_dict().items() if k not in ("description", "source")}
     return config_fingerprint(
         {
@@ -184,7 +185,15 @@ def _fingerprint(
         | ({"specs": dict(specs)} if specs else {})
         | ({"cross_check": {n: dataclasses.asdict(c) for n, c in plan.cross.items()}} if plan.cross else {})
         | ({"eot": eot.identity()} if eot is not None and eot.changes_records else {})
+        | ({"fitted": fitted} if (fitted := _fitted_params(plan)) else {})
     )
+
+
+def _fitted_params(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The entries whose parameters were fitted to this model (e.g. the low-frequency ``level = "auto"``
+    resolved, ``attacks.fit_entry``): name -> the parameters they run with."""
+    written = {e.name: dict(e.params) for e in plan.suite.attacks}
+    return {e.name: dict(e.params) for e in plan.entries if dict(e.params) != written.get(e.name)}
 
 
 @contextmanager
@@ -304,9 +313,12 @@ def _attack_points(
             rng_block=run.rng_block,
             device=run.device,
             progress=progress,
+            by_block=run.predictor.block is not None,
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
-    pred, loss = run.predictor(run.model, x_adv, run.labels[idx], label, run_mode, repr(eps))
+    pred, loss = run.predictor(
+        run.model, x_adv, run.labels[idx], label, run_mode, repr(eps), ids=run.ids[idx]
+    )
     return (pred, loss, norms, last), x_adv
 
 
@@ -522,8 +534,9 @@ def evaluate(
     plan, eot = _plan(model, data, suite, settings, surrogate is not None, dev)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
-    predictor = Predictor(batch_size, dev, eot.draws, settings.seed if eot.changes_records else None)
+    predictor = _predictor(eot, settings.seed, batch_size, dev, plan.suite.rng_block)
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
+        ctx.eot_rows = eot.draw_rows
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
         run.adversarial = AdversarialSet(settings.model_name) if save_adversarial else None
         chunks, resumed = _attack_all(run, plan, cache, progress)
@@ -574,6 +587,19 @@ def _plan(
     return _skip(plan, eot.skipped), eot
 
 
+def _predictor(eot: EotPlan, seed: int, batch_size: int, dev: torch.device, rng_block: int) -> Predictor:
+    """Single draws for a deterministic model (as called); K seeded draws per prediction under EOT, per
+    seeding block of ids for a randomised model (its records then do not depend on ``batch_size``)."""
+    return Predictor(
+        batch_size,
+        dev,
+        eot.draws,
+        seed if eot.changes_records else None,
+        rows=eot.draw_rows,
+        block=rng_block if eot.stochastic else None,
+    )
+
+
 def _skip(plan: Plan, skipped: Mapping[str, str]) -> Plan:
     """``plan`` without the attacks in ``skipped`` (name -> why): this model's, so they join the entries it
     cannot run (``Plan.not_applicable``, its meta.json ``plan``), not those skipped for every model."""
@@ -599,7 +625,7 @@ def _start(
     """Clean predictions: the run's starting worst case, and the clean records with their timing."""
     images, labels, ids = data.tensors()
     t0 = time.perf_counter()
-    pred, loss = predictor(model, images, labels, "clean")
+    pred, loss = predictor(model, images, labels, "clean", ids=ids)
     clean_correct = pred == labels
     worst_eps = {t: v for t, v in plan.threat_eps.items() if not is_average_case(t)}
     state = RobustState(clean_correct, modes, worst_eps)

@@ -3,7 +3,8 @@
 Every saved point (:mod:`adversarial`) is checked again as the evaluation checked it: within its budget
 (:func:`~robustbench_wave.attacks.budget.within_budget`, the audit's rule: finite, in [0,1], norm <= eps),
 then classified by the reloaded model exactly as the evaluation classified it (eval mode, the same attack
-wrapper, the run's batch size), and its prediction compared with the ``pred`` its record holds. The records
+wrapper, the run's batch size; a randomised model by a new K-draw vote, as its run decided), and its
+prediction compared with the ``pred`` its record holds. The records
 and the saved points must also agree on which examples fell: every example the records count as broken at
 (mode, threat, eps) has a saved point at that budget or below, and every saved point's record is a break.
 """
@@ -17,17 +18,39 @@ import pandas as pd
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import GradSafe, attack_mode, is_average_case, within_budget
+from robustbench_wave.attacks import (
+    GradSafe,
+    attack_mode,
+    derive_seed,
+    is_average_case,
+    seeded,
+    within_budget,
+)
 from robustbench_wave.evaluation.adversarial import AdversarialSet, Key
+from robustbench_wave.evaluation.eot import VOTE_TOL, EotPlan
 from robustbench_wave.evaluation.execute import predict
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT, EPS_TOL, clean_correct, robust_flags
 
 COLUMNS = [
     "model", "grad_mode", "threat", "eps", "n_checked", "n_budget_violations", "n_pred_mismatches",
-    "n_unmatched", "n_missing",
+    "n_unmatched", "n_missing", "n_vote_flips",
 ]  # fmt: skip
 #: The counts that must all be 0 for a run to pass.
 FAILURES = ["n_budget_violations", "n_pred_mismatches", "n_unmatched", "n_missing"]
+
+
+def problems(table: pd.DataFrame) -> list[str]:
+    """What fails a re-audit: any of :data:`FAILURES`, and per model more vote flips than independent
+    K-draw votes near a tie explain (:data:`~robustbench_wave.evaluation.eot.VOTE_TOL` of its points)."""
+    found = [f"{int(table[c].sum())} {c[2:].replace('_', ' ')}" for c in FAILURES if table[c].sum()]
+    for model, rows in table.groupby("model", sort=True):
+        flips, checked = int(rows["n_vote_flips"].sum()), int(rows["n_checked"].sum())
+        if flips > VOTE_TOL * checked:
+            found.append(
+                f"{model}: {flips} of {checked} saved points are classified right by a new K-draw vote "
+                f"(more than the {VOTE_TOL:.0%} that votes near a tie explain)"
+            )
+    return found
 
 
 def _record_keys(records: pd.DataFrame) -> set[Key]:
@@ -69,31 +92,48 @@ def reaudit_model(
     *,
     batch_size: int = 128,
     device: torch.device | str = "cpu",
+    eot: EotPlan | None = None,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """One row per (grad mode, threat, eps) of ``records`` (this model's) or of ``kept``: :data:`COLUMNS`.
 
-    ``images`` / ``labels`` are the run's clean inputs in the order of ``example_ids``.
+    ``images`` / ``labels`` are the run's clean inputs in the order of ``example_ids``. ``eot`` is the run's
+    randomness protocol (its meta.json ``eot``): a randomised model whose predictions were K-draw votes is
+    re-classified by a new K-draw vote (under ``seed``), which must confirm each break; as its draws are
+    not the evaluation's, a point near a tie may vote right this time: counted in ``n_vote_flips``.
     """
     position = {int(e): p for p, e in enumerate(example_ids)}
     device = torch.device(device)
     out = []
     with attack_mode(model):
-        wrapped = GradSafe(model)
+        classify = _Classifier(
+            GradSafe(model), batch_size, device, eot if eot is not None and eot.votes else None
+        )
         for key in sorted(_record_keys(records) | set(kept.keys())):
-            out.append(_check_key(wrapped, images, labels, position, kept, records, key, batch_size, device))
+            with seeded(derive_seed(seed, "reaudit", *key), device):
+                out.append(_check_key(classify, images, labels, position, kept, records, key))
     return pd.DataFrame(out, columns=COLUMNS)
 
 
+class _Classifier:
+    """The evaluation's decision rule: one forward, or a randomised model's K-draw vote."""
+
+    def __init__(self, model: nn.Module, batch_size: int, device: torch.device, eot: EotPlan | None) -> None:
+        self.model, self.batch_size, self.device, self.eot = model, batch_size, device, eot
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        draws, rows = (self.eot.draws, self.eot.draw_rows) if self.eot is not None else (1, 0)
+        return predict(self.model, x, y, self.batch_size, self.device, draws, rows)[0]
+
+
 def _check_key(
-    model: nn.Module,
+    classify: _Classifier,
     images: torch.Tensor,
     labels: torch.Tensor,
     position: dict[int, int],
     kept: AdversarialSet,
     records: pd.DataFrame,
     key: Key,
-    batch_size: int,
-    device: torch.device,
 ) -> dict[str, object]:
     g = kept.group(key)
     unknown = [i for i in g.example_id.tolist() if i not in position]
@@ -102,11 +142,15 @@ def _check_key(
     pos = torch.tensor([position[i] for i in g.example_id.tolist()], dtype=torch.long)
     x = g.x.reshape(len(pos), *images.shape[1:]) if not len(pos) else g.x  # no point saved: (0, C, H, W)
     ok = within_budget(images[pos], x, key[2], key[1])
-    pred, _ = predict(model, x, labels[pos], batch_size, device)
+    pred = classify(x, labels[pos])
     rec = _recorded(records, key, g.example_id, g.source)
     is_break = rec["attacked"].fillna(False).astype(bool) & ~rec["correct"].fillna(True).astype(bool)
     recorded = rec["pred"].astype("Int64")
     same = (recorded.to_numpy(dtype=np.int64, na_value=-1) == pred.numpy()) & recorded.notna().to_numpy()
+    flips = np.zeros(len(pos), dtype=bool)
+    if classify.eot is not None:  # another vote: a break is confirmed when it is wrong, whichever wrong class
+        flips = (pred == labels[pos]).numpy() & recorded.notna().to_numpy()
+        same = recorded.notna().to_numpy()  # the flips are counted apart (problems: beyond the tolerance)
     covered = set(kept.worst_case(*key).example_id.tolist())
     return {
         "model": kept.model,
@@ -118,4 +162,5 @@ def _check_key(
         "n_pred_mismatches": int((~same).sum()),
         "n_unmatched": int((~is_break.to_numpy()).sum()),
         "n_missing": len(_breaks(records, key) - covered),
+        "n_vote_flips": int(flips.sum()),
     }

@@ -317,15 +317,24 @@ def test_square_small_eps_budget_is_an_explicit_protocol_choice(monkeypatch):
         def __call__(self, x, y):
             return x
 
+    def linf_recorder(model, x, y, settings):  # L∞ runs attacks.square.square_linf, torchattacks' algorithm
+        seen.append((settings.eps, settings.n_queries))
+        return x, None
+
+    from robustbench_wave.attacks import torchattacks_backend
+
     monkeypatch.setattr(torchattacks, "Square", Recorder)
+    monkeypatch.setattr(torchattacks_backend, "square_linf", linf_recorder)
     x, y, model = toy_data(4), torch.zeros(4, dtype=torch.long), nn.Flatten()  # the recorder never queries
     runner = get_runner("square", "torchattacks").fn
-    default = _entry("square", "Linf", n_queries=300)
-    reduced = _entry("square", "Linf", n_queries=300, small_eps_below=0.05, small_eps_queries=20)
-    for entry in (default, reduced):
-        for eps in (0.01, 0.05, 0.1):
-            runner(entry.request(model, x, y, torch.arange(len(x)), eps, RunContext()))
-    assert seen == [(0.01, 300), (0.05, 300), (0.1, 300), (0.01, 20), (0.05, 300), (0.1, 300)]
+    for threat in ("Linf", "L2"):
+        seen.clear()
+        default = _entry("square", threat, n_queries=300)
+        reduced = _entry("square", threat, n_queries=300, small_eps_below=0.05, small_eps_queries=20)
+        for entry in (default, reduced):
+            for eps in (0.01, 0.05, 0.1):
+                runner(entry.request(model, x, y, torch.arange(len(x)), eps, RunContext()))
+        assert seen == [(0.01, 300), (0.05, 300), (0.1, 300), (0.01, 20), (0.05, 300), (0.1, 300)]
 
 
 def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> None:

@@ -90,17 +90,19 @@ def test_eot_breaks_a_randomised_model_that_single_pass_pgd_leaves_standing(back
 
 @pytest.mark.parametrize("backend", ["builtin", "torchattacks", "foolbox"])
 def test_fgsm_on_the_mean_gradient_breaks_more_of_the_randomised_model(backend: str, noisy) -> None:
-    """FGSM with ``eot_iter = 16`` vs 1 (measured with every back-end: 22 vs 10 of 96 points broken)."""
+    """FGSM with ``eot_iter = 16`` vs 1, summed over attack seeds 0 and 1 (measured: 39-40 vs 22-24 of
+    2 x 96 points broken with every back-end; per seed the single-draw count alone moves by 4 or 5)."""
     model, x, y = noisy
-    broken = {}
+    broken = dict.fromkeys((1, EOT), 0)
     for eot in (1, EOT):
         raw = {"name": "pgd", "family": "fgsm", "threat": "Linf", "backend": backend, "eot_iter": eot}
         suite = parse_suite({"eps": {"default": {"Linf": [EPS]}}, "attack": [raw]})
-        torch.manual_seed(0)
-        broken[eot] = int(
-            (~_robust(evaluate(model, x, y, suite, MANUAL, progress=False, batch_size=N).records)).sum()
-        )
-    assert broken[EOT] >= broken[1] + 5, (backend, broken)
+        for seed in (0, 1):
+            torch.manual_seed(0)
+            settings = dataclasses.replace(MANUAL, seed=seed)
+            records = evaluate(model, x, y, suite, settings, progress=False, batch_size=N).records
+            broken[eot] += int((~_robust(records)).sum())
+    assert broken[EOT] >= broken[1] + 10, (backend, broken)
 
 
 class _OriginalPGD(PGD):

@@ -215,3 +215,15 @@ def optimal_linf_margin(
     margins_t = torch.stack(margins, 1)
     worst = margins_t.argmin(1)
     return margins_t.min(1).values, torch.stack(points, 1)[torch.arange(len(x)), worst].view_as(x)
+
+
+def conv_net(channels: int, seed: int = 0, n_classes: int = 4) -> nn.Module:
+    """A small CNN on (channels, 16, 16) images: big enough for Square's squares, fast enough for its loop."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(channels, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.AvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(6 * 4 * 4, n_classes),
+    ).eval()

@@ -21,6 +21,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from robustbench_wave.evaluation.eot import EotPlan
+
 
 class Reads(str, Enum):
     """What a check reads: per-example records, or the model itself run on the diagnostics subset."""
@@ -57,7 +59,8 @@ class CheckInputs:
     clean-correct point, so a record check the benchmark's records cannot decide can fall back to them;
     ``sweep_records`` are the subset's PGD at several budgets, again without skip-broken (the evidence a
     budget-monotonicity check needs). ``histories`` collects the loss curves a check measures (plotted by
-    the report).
+    the report). ``eot`` is the run's randomness protocol (:class:`~robustbench_wave.evaluation.eot.EotPlan`):
+    checks of a randomised model judge the K-draw decisions the evaluation used, not single draws.
     """
 
     records: pd.DataFrame | None = None
@@ -71,6 +74,12 @@ class CheckInputs:
     steps: int = 10  # PGD steps of the subset attacks
     seed: int = 0
     histories: dict[str, list[float]] = field(default_factory=dict)
+    eot: EotPlan | None = None  # what the run did about randomness (None: single draws, as before EOT)
+
+    @property
+    def votes(self) -> bool:
+        """The run decided this randomised model's predictions by K-draw votes (the 'rand' protocol)."""
+        return self.eot is not None and self.eot.votes
 
     def subset(self) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         """The model and the subset, for checks that run the model."""

@@ -2,13 +2,16 @@
 
 They attack or differentiate the model themselves: PGD at a budget large enough to erase the image, more
 steps and restarts of the suite's own PGD engine (:func:`robustbench_wave.attacks.pgd_with_history`), the
-health of input gradients, and whether two forward passes agree (else attacks need EOT).
+health of input gradients, and whether two forward passes agree (else attacks need EOT). On a randomised
+model that the run attacked with the 'rand' protocol (``CheckInputs.eot``), their PGD averages the run's EOT
+draws and their accuracies are the run's K-draw votes, under the check's own seed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,8 +19,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import Threat, attack_mode, input_gradient, mode_context, pgd_with_history
-from robustbench_wave.evaluation.eot import LOGIT_RTOL, measure_randomness
+from robustbench_wave.attacks import (
+    Threat,
+    attack_mode,
+    derive_seed,
+    input_gradient,
+    mode_context,
+    pgd_with_history,
+    seeded,
+)
+from robustbench_wave.evaluation.eot import LOGIT_RTOL, VOTE_TOL, EotPlan, measure_randomness, vote_agreement
+from robustbench_wave.evaluation.execute import predict
 from robustbench_wave.models.frontend import GradMode
 
 from .base import Check, CheckInputs, CheckResult, Reads, register_check
@@ -26,9 +38,30 @@ LINF = Threat.LINF.value
 REL_STEP = 2.5  # PGD step size relative to eps / steps (Madry et al. 2018)
 
 
-def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, inputs: CheckInputs) -> float:
+    """Accuracy at ``x`` by the run's decision rule: one forward, or the K-draw vote under EOT."""
+    if inputs.votes and inputs.eot is not None:
+        pred, _ = predict(model, x, y, max(len(x), 1), x.device, inputs.eot.draws, inputs.eot.draw_rows)
+        return float((pred.to(y.device) == y).float().mean())
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())
+
+
+def _pgd_eot(inputs: CheckInputs) -> dict[str, int]:
+    """The run's EOT for a check's own PGD on a randomised model (none on single draws)."""
+    if inputs.votes and inputs.eot is not None:
+        return {"eot_iter": inputs.eot.eot_iter, "eot_rows": inputs.eot.draw_rows}
+    return {}
+
+
+@contextmanager
+def _draws_seeded(inputs: CheckInputs, name: str, device: torch.device) -> Iterator[None]:
+    """A randomised model's draws under the check's own seed (the RNG put back); nothing otherwise."""
+    if not inputs.votes:
+        yield
+        return
+    with seeded(derive_seed(inputs.seed, "check", name), device):
+        yield
 
 
 @register_check
@@ -53,20 +86,13 @@ class LargeEpsToChance(Check):
         if inputs.num_classes < 2:
             raise ValueError("large_eps_to_chance needs CheckInputs(num_classes=...) >= 2")
         mode = mode or GradMode.EXACT.value
-        with attack_mode(model), mode_context(model, mode):
+        with attack_mode(model), mode_context(model, mode), _draws_seeded(inputs, self.name, x.device):
             step = REL_STEP * self.eps / self.steps
             x_adv, _ = pgd_with_history(
-                model,
-                x,
-                y,
-                eps=self.eps,
-                norm=LINF,
-                steps=self.steps,
-                step_size=step,
-                seed=inputs.seed,
-                random_start=False,
-            )
-            acc = _accuracy(model, x_adv, y)
+                model, x, y, eps=self.eps, norm=LINF, steps=self.steps, step_size=step, seed=inputs.seed,
+                random_start=False, **_pgd_eot(inputs),
+            )  # fmt: skip
+            acc = _accuracy(model, x_adv, y, inputs)
         chance = 1.0 / inputs.num_classes
         numbers = {"eps": self.eps, "accuracy": acc, "chance": chance, "slack": self.slack, "n": len(x)}
         numbers["start"] = "the image (no random start)"
@@ -123,7 +149,7 @@ class AttackConvergence(Check):
         mode, eps, steps, more = mode or GradMode.EXACT.value, inputs.eps, inputs.steps, self.more
         runs = {"base": (steps, 1), "more_steps": (steps * more, 1), "more_restarts": (steps, more)}
         acc: dict[str, float] = {}
-        with attack_mode(model), mode_context(model, mode):
+        with attack_mode(model), mode_context(model, mode), _draws_seeded(inputs, self.name, x.device):
             for run, (n_steps, restarts) in runs.items():
                 x_adv, history = pgd_with_history(
                     model,
@@ -135,8 +161,9 @@ class AttackConvergence(Check):
                     step_size=REL_STEP * eps / n_steps,
                     restarts=restarts,
                     seed=inputs.seed,
+                    **_pgd_eot(inputs),
                 )
-                acc[run] = _accuracy(model, x_adv, y)
+                acc[run] = _accuracy(model, x_adv, y, inputs)
                 inputs.histories[f"{mode}:{run}"] = [float(v) for v in torch.as_tensor(history).flatten()]
         conv = loss_convergence(
             inputs.histories[f"{mode}:more_steps"], self.loss_flat_tol, self.min_loss_gain
@@ -251,16 +278,20 @@ class GradientHealth(Check):
 @register_check
 @dataclass(frozen=True)
 class Deterministic(Check):
-    """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes.
+    """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes. When the run
+    applied the 'rand' protocol (EOT: predictions by the K-draw vote), the decision it used must be stable
+    instead: two independent K-draw votes of the subset agree on all but ``vote_tol`` of its points.
 
-    A failure means the model is randomized in eval mode: single-draw gradients are noisy, so attacks must
-    use EOT (expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws.
+    A failure means the model is randomized in eval mode and the run used single draws (single-draw
+    gradients are noisy, so attacks must use EOT -- expectation over transformation, Athalye et al. 2018 --
+    and accuracy must be averaged over draws), or that even its K-draw votes are unsettled (more draws).
     """
 
     name: ClassVar[str] = "deterministic"
     reads: ClassVar[Reads] = Reads.MODEL
     per_mode: ClassVar[bool] = False
     rtol: float = LOGIT_RTOL  # relative logit difference between two forwards (gradients: at least 1e-3)
+    vote_tol: float = VOTE_TOL  # fraction of points two independent K-draw votes may disagree on (EOT runs)
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         model, x, y = inputs.subset()
@@ -268,13 +299,35 @@ class Deterministic(Check):
         randomness = measure_randomness(model, x, y)  # the test the evaluation runs before attacking
         numbers = {**dataclasses.asdict(randomness), "handed_over_in_train_mode": was_training}
         passed = randomness.deterministic(self.rtol)
-        meaning = (
-            "deterministic in eval mode"
-            if passed
-            else "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
-            "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over draws "
-            "(the attack run does both unless --eot off: see its meta.json 'eot')"
-        )
+        if passed:
+            meaning = "deterministic in eval mode"
+        elif inputs.votes and inputs.eot is not None:
+            passed, meaning = self._votes_settled(inputs, inputs.eot, numbers)
+        else:
+            meaning = (
+                "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
+                "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over "
+                "draws (the attack run does both unless --eot off: see its meta.json 'eot')"
+            )
         if was_training:
             meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"
         return CheckResult(self.name, passed, numbers, meaning, None)
+
+    def _votes_settled(self, inputs: CheckInputs, eot: EotPlan, numbers: dict[str, Any]) -> tuple[bool, str]:
+        """Randomised, with the run's K-draw votes: do two independent votes agree within ``vote_tol``?"""
+        model, x, y = inputs.subset()
+        agreement = vote_agreement(model, x, y, eot, inputs.seed, x.device)
+        numbers |= {"eot_draws": eot.draws, "eot_iter": eot.eot_iter, "vote_agreement": agreement}
+        numbers |= {"vote_tol": self.vote_tol}
+        k = f"K = {eot.draws}"
+        if 1.0 - agreement <= self.vote_tol:
+            return True, (
+                f"randomized in eval mode, and the run handled it: EOT ({eot.eot_iter} draws per gradient) and "
+                f"predictions by the {k}-draw vote, which is settled here (two independent votes agree on "
+                f"{agreement:.1%} of the points; tolerance {self.vote_tol:.0%})"
+            )
+        return False, (
+            f"randomized in eval mode and its {k}-draw votes are unsettled: two independent votes agree on only "
+            f"{agreement:.1%} of the points (at least {1 - self.vote_tol:.0%} needed); the run's accuracies depend on "
+            "the draw -- use more draws (--eot-draws)"
+        )
