@@ -12,8 +12,9 @@ keeping, per point, the first target in AutoAttack's order whose point is miscla
 exactly what the sequential loop returns (``tests/attacks/test_fab_batched.py`` compares them point for point).
 Each iteration is torchattacks' ``attack_single_run_targeted`` step, operation for operation, with its own
 projections (``projection_linf``, ``projection_l2``); the clean forward passes it repeats per target are made
-once. Targets are grouped so that a pass has about :data:`ROWS` rows: with many points left it is the
-sequential loop again, and a group's later targets are wasted only on points an earlier one broke.
+once. Targets are grouped (:func:`group_size`): one first, twice as many after a group that broke nothing, one again
+after a group that broke a point, at most :data:`ROWS` rows: with many points left, or points that fall to
+the first targets, it is the sequential loop again.
 """
 
 from __future__ import annotations
@@ -23,9 +24,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-#: Rows per batched pass: enough to amortise a pass's fixed cost on these models, few enough to waste little
-#: on points a group's first target breaks.
+#: Rows per batched pass at most: enough to amortise a pass's fixed cost on these models (a pass over 4 rows
+#: costs about what 4 more rows add), few enough to waste little on points a group's first target breaks.
 ROWS = 32
+
+
+def group_size(last: int, broke: bool, targets_left: int, points: int) -> int:
+    """Targets in the next group: one at first and after a group that broke a point (the next target may
+    break more, and a group's later targets are wasted on what its earlier ones break), twice the last
+    group's after one that broke nothing (the points left are those the targets are unlikely to break);
+    at most :data:`ROWS` rows. A run that breaks at every target is the sequential loop again."""
+    g = 1 if broke or last == 0 else 2 * last
+    return max(1, min(targets_left, g, ROWS // points))
 
 
 @dataclass(frozen=True)
@@ -141,14 +151,15 @@ def fab_t(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_targets: int, s:
         logits = model(x)
     acc = logits.max(1)[1] == y
     order = logits.sort(dim=-1)[1]
-    done = 0
+    done, g, broke = 0, 0, False
     while done < n_targets and acc.any():
         left = acc.nonzero().flatten()
-        g = max(1, min(n_targets - done, ROWS // len(left)))
+        g = group_size(g, broke, n_targets - done, len(left))
         targets = order[left][:, order.shape[1] - 2 - done - torch.arange(g, device=x.device)]
         points, fooled = _run_group(model, x[left], y[left], targets, s)
         first = fooled.float().argmax(0)  # the first target in order that broke each point (0 if none did)
         hit = fooled.any(0)
+        broke = bool(hit.any())
         adv[left[hit]] = points[first[hit], hit.nonzero().flatten()]
         acc[left[hit]] = False
         done += g

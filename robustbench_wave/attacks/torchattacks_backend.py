@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import fab, schemas
+from robustbench_wave.attacks import apgdt, fab, schemas
 from robustbench_wave.attacks.pgd import keep_first_success, step_size
 from robustbench_wave.attacks.registry import (
     AttackKind,
@@ -199,11 +199,24 @@ def _apgdt_class() -> type:
 
     AutoAttack's loss is -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2); with three classes z_pi4 does not
     exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own.
+    At L∞ with one restart its targets run side by side (:mod:`robustbench_wave.attacks.apgdt`: the same
+    points in fewer passes); ``row_targets``, when set, is each row's target class.
     """
     import torchattacks
 
     class APGDTFewClasses(torchattacks.APGDT):
+        row_targets: torch.Tensor | None = None
+
+        def perturb(
+            self, x_in: torch.Tensor, y_in: torch.Tensor, best_loss: bool = False, cheap: bool = True
+        ):
+            if not apgdt.batchable(self):
+                return super().perturb(x_in, y_in, best_loss=best_loss, cheap=cheap)
+            return apgdt.perturb_side_by_side(self, x_in, y_in)
+
         def dlr_loss_targeted(self, x: torch.Tensor, y: torch.Tensor, y_target: torch.Tensor) -> torch.Tensor:
+            if self.row_targets is not None:
+                y_target = self.row_targets
             if x.shape[1] >= 4:
                 return super().dlr_loss_targeted(x, y, y_target)
             u = torch.arange(x.shape[0], device=x.device)

@@ -64,3 +64,13 @@ def test_runner_batches_one_restart_and_keeps_torchattacks_for_more() -> None:
             got = get_runner("fab-t", "torchattacks").fn(request).x_adv
             s = fab.FabSettings("Linf", eps, 5, 0.1, 1.05, 0.9)
             assert torch.equal(got, _torchattacks_fab(wrapped, x, y, s, restarts))
+
+
+def test_group_size_doubles_after_a_group_that_broke_nothing_and_restarts_at_one() -> None:
+    assert fab.group_size(0, False, 9, 3) == 1  # the first target alone
+    assert fab.group_size(1, False, 8, 3) == 2
+    assert fab.group_size(2, False, 6, 3) == 4
+    assert fab.group_size(4, False, 2, 3) == 2  # no more than the targets left
+    assert fab.group_size(4, True, 5, 3) == 1  # a break: one target again
+    assert fab.group_size(8, False, 9, fab.ROWS // 2) == 2  # at most ROWS rows
+    assert fab.group_size(8, False, 9, fab.ROWS + 1) == 1
