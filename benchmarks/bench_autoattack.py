@@ -122,11 +122,23 @@ def art_autoattack(
 
 
 def harness_autoattack(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Suite, dataset: str, cross_check: str
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    suite: Suite,
+    dataset: str,
+    cross_check: str,
+    seconds: dict[str, float] | None = None,
 ) -> torch.Tensor:
-    """The suite through :func:`evaluate` (exact gradients); robust flags at the suite's one budget."""
+    """The suite through :func:`evaluate` (exact gradients); robust flags at the suite's one budget.
+    ``seconds`` (when given) receives each attack's seconds from the run's timing, where the time went."""
     settings = EvalSettings(dataset=dataset, grad_modes=("exact",), cross_check=cross_check)
-    records = evaluate(model, x, y, suite, settings, progress=False).records
+    result = evaluate(model, x, y, suite, settings, progress=False)
+    records = result.records
+    if seconds is not None:
+        seconds.clear()
+        for t in result.meta["models"][settings.model_name]["timing"]:
+            seconds[t["attack"]] = seconds.get(t["attack"], 0.0) + t["seconds"]
     [(threat, grid)] = suite.resolved_eps(dataset).items()
     eps = grid[0]
     flags = robust_flags(records, threat, eps)
@@ -165,6 +177,7 @@ def case_rows(
     dataset, quick = args.dataset, args.quick
     suite = threat_suite(threat, eps, quick)
     robust: dict[str, torch.Tensor] = {}
+    members: dict[str, float] = {}  # the harness's seconds per attack, from its last run
 
     def keep(name: str, fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
         def call() -> None:
@@ -174,7 +187,7 @@ def case_rows(
 
     fns = {
         BASELINE: keep(BASELINE, lambda: art_autoattack(model, x, y, eps, threat, quick)),
-        "harness": keep("harness", lambda: harness_autoattack(model, x, y, suite, dataset, "off")),
+        "harness": keep("harness", lambda: harness_autoattack(model, x, y, suite, dataset, "off", members)),
         "harness+art": keep("harness+art", lambda: harness_autoattack(model, x, y, suite, dataset, "all")),
     }
     package = reference_package()
@@ -190,6 +203,10 @@ def case_rows(
             parts.append(f"vs {BASELINE}: {set_difference(flags, robust[BASELINE])}")
         if "reference" in robust and name != "reference":
             parts.append(f"vs reference: {set_difference(flags, robust['reference'])}")
+        if name == "harness" and members:
+            parts.append(
+                "s per member: " + ", ".join(f"{k} {v:.1f}" for k, v in members.items() if v >= 0.05)
+            )
         notes[name] = "; ".join(parts)
     return ratio_rows("autoattack", case, times, BASELINE, per=len(x), unit="image", notes=notes)
 
