@@ -33,10 +33,13 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, provenance
+from robustbench_wave.reporting.tables import WORST_CASE_HEADING
 
 #: Where the documented runs' summaries live in the repository (``results/`` is otherwise git-ignored).
 PUBLISHED_DIR = Path("results") / "published"
 SOURCE_FILE = "source.json"
+#: table.txt's headline block on its own (what a README shows): written by :func:`publish` next to table.txt.
+WORST_CASE_FILE = "worst_case.txt"
 #: The summary files copied from a run folder when present: small, text, enough to quote every number.
 SUMMARY_FILES = (
     "table.txt",
@@ -50,6 +53,7 @@ SUMMARY_FILES = (
     "claims.md",
     "gallery.txt",
     "gallery.csv",
+    "runs.json",
     "headline-report.md",
 )
 #: A published file larger than this is not a summary (records, weights and figures stay out of git).
@@ -99,8 +103,16 @@ def publish(source: str | Path, dest: str | Path, *, command: str | None = None)
     for path in files:
         atomic_write(dest / path.name, lambda tmp, src=path: shutil.copyfile(src, tmp))
         digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    _write_worst_case(dest)
     atomic_write_json(dest / SOURCE_FILE, _source_record(source, command, digests))
     return dest
+
+
+def _write_worst_case(dest: Path) -> None:
+    """table.txt's headline block (its last lines, from :data:`WORST_CASE_HEADING`) as its own file."""
+    table = dest / "table.txt"
+    if table.is_file() and WORST_CASE_HEADING in (text := table.read_text()):
+        atomic_write_text(dest / WORST_CASE_FILE, text[text.index(WORST_CASE_HEADING) :])
 
 
 def _summary_files(source: Path) -> list[Path]:

@@ -124,3 +124,14 @@ def test_confidence_levels_and_the_scales_end_are_not_measurements(tmp_path):
     )
     assert check_markdown(page, tmp_path) == []
     assert check_markdown(page + "It kept 95%.\n", tmp_path) != []
+
+
+def test_publish_keeps_the_headline_block_of_table_txt_on_its_own(tmp_path):
+    from robustbench_wave.reporting.published import WORST_CASE_FILE
+    from robustbench_wave.reporting.tables import WORST_CASE_HEADING
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "table.txt").write_text(f"the long table\n\n{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n")
+    dest = publish(run, tmp_path / "pub")
+    assert (dest / WORST_CASE_FILE).read_text() == f"{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n"
