@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED = 1
 NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
-.PHONY: demo quick headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench
+.PHONY: demo quick headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast lint venv bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -143,6 +143,11 @@ defenses: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
+
+## The README's and docs/'s tables re-rendered from results/published/ (after `report publish RUN --name NAME`),
+## and every number they quote checked against its file (tests/test_docs.py checks the same in CI).
+docs: $(STAMP)
+	$(BIN)/python -m robustbench_wave.report docs
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -6,6 +6,8 @@
     python -m robustbench_wave.report reaudit RUN          # re-check attack --save-adversarial's examples
     python -m robustbench_wave.report export RUN [RUN ...] --out DIR   # RobustBench model_info + transfer matrix
     python -m robustbench_wave.report claims --run RUN --train DIR --out claims.md
+    python -m robustbench_wave.report publish RUN --name demo   # keep its summary files for the docs
+    python -m robustbench_wave.report docs [--check]            # README/docs numbers from published files
 
 This module owns the ``python -m robustbench_wave.report`` command, argparse subcommands each with its own
 ``--help`` (:data:`SUBCOMMANDS`); a first argument that names none is a run folder (``report RUN`` is
@@ -42,6 +44,16 @@ from typing import Any
 from robustbench_wave.attackrun import FinalizeOptions, finish_merged_run, reaudit_run, write_merged_run
 from robustbench_wave.cli import ListAction, Parser, add_verbosity, command_line, positive_int, setup_logging
 from robustbench_wave.evaluation.sharding import merge_shard_folders
+from robustbench_wave.report_docs import (
+    DOCS,
+    DOCS_DESCRIPTION,
+    PUBLISH,
+    PUBLISH_DESCRIPTION,
+    docs_arguments,
+    docs_main,
+    publish_arguments,
+    publish_main,
+)
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
 from robustbench_wave.reporting.tables import write_tables
@@ -322,6 +334,9 @@ SUBCOMMANDS: dict[str, tuple[str, str, Callable[[Parser], None], Callable[[Any, 
     EXPORT: ("RobustBench model_info JSON and the transfer matrix", EXPORT_DESCRIPTION, _export_arguments,
              export_main),
     CLAIMS: ("claims.md: every claim of the source papers", CLAIMS_DESCRIPTION, _claims_arguments, claims_main),
+    PUBLISH: ("keep a run's summary files under results/published/", PUBLISH_DESCRIPTION, publish_arguments,
+              publish_main),
+    DOCS: ("README and docs/ from the published files, checked", DOCS_DESCRIPTION, docs_arguments, docs_main),
 }  # fmt: skip
 
 

@@ -28,7 +28,7 @@ LAYER = {
     "attackrun": 7,
     "defenses": 7,
 }
-COMMAND_LINES = {"train", "attack", "report", "gallery", "cli", "api", "__init__"}
+COMMAND_LINES = {"train", "attack", "report", "report_docs", "gallery", "cli", "api", "__init__"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

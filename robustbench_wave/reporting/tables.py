@@ -144,6 +144,10 @@ def by_column(table: pd.DataFrame, sep: str = "/") -> pd.DataFrame:
     return out
 
 
+#: The line of table.txt above its headline block (the per-example worst case, one row per model/mode).
+WORST_CASE_HEADING = "worst case over the whole suite (per example; 'worst' rows: over gradient modes too):"
+
+
 def worst_case_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Only clean accuracy and the per-threat worst case: the headline numbers."""
     keep = (summary["threat"] == CLEAN_THREAT) | (summary["attack"] == WORST)
@@ -159,7 +163,7 @@ def render_terminal(summary: pd.DataFrame, title: str = "") -> str:
     lines = [title] if title else []
     lines.append(by_column(formatted_table(summary)).rename_axis([None] * 3).to_string(sparsify=True))
     lines.append("")
-    lines.append("worst case over the whole suite (per example; 'worst' rows: over gradient modes too):")
+    lines.append(WORST_CASE_HEADING)
     lines.append(head.to_string())
     lines.append(
         "cells: robust accuracy % ± half-width of the 95% Wilson interval over all evaluated examples"

@@ -1,0 +1,63 @@
+"""The README's code blocks as a newcomer runs them: every ``python -m robustbench_wave.X`` line parses with
+the command's own parser in the current vocabulary (no deprecated spelling, no unknown flag), and the Python
+block runs as it is, in a folder where ``make quick``'s models exist (trained here, small)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import runpy
+import shlex
+from pathlib import Path
+
+import pytest
+
+from robustbench_wave import attack, report, train
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+PARSERS = {
+    "train": lambda argv: train.get_args_parser().parse_args(argv),
+    "attack": lambda argv: attack.get_args_parser().parse_args(argv),
+    "report": lambda argv: report.get_args_parser().parse_args(report.with_command(argv)),
+}
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def readme_commands() -> list[tuple[str, list[str]]]:
+    """(command, argv) of every ``python -m robustbench_wave.X`` line of the README's bash blocks."""
+    out = []
+    for block in _blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["python", "-m"] and words[2].startswith("robustbench_wave."):
+                out.append((words[2].removeprefix("robustbench_wave."), words[3:]))
+    return out
+
+
+def test_the_readme_shows_each_command_line():
+    assert {name for name, _ in readme_commands()} == set(PARSERS)
+
+
+@pytest.mark.parametrize("command", readme_commands(), ids=lambda c: " ".join([c[0], *c[1]])[:60])
+def test_every_readme_command_parses_in_the_current_vocabulary(command, caplog):
+    name, argv = command
+    with caplog.at_level(logging.WARNING):
+        PARSERS[name](argv)
+    assert [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()] == []
+
+
+@pytest.mark.slow
+def test_the_readme_python_block_runs_as_it_is(tmp_path, monkeypatch, capsys):
+    (block,) = _blocks("python")
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--train-subset", "512", "--epochs", "1", "--n-examples", "256", "--no-progress"]
+    assert train.main(["--model", "wavelet", "--results-dir", "results/quick", *tiny]) == 0
+    script = tmp_path / "snippet.py"
+    script.write_text(block)
+    namespace = runpy.run_path(str(script))
+    result = namespace["result"]
+    assert result.model == "wavelet" and 0.0 <= result.robust_accuracy <= result.clean_accuracy <= 1.0
+    assert result.table in capsys.readouterr().out

@@ -1,0 +1,54 @@
+"""``report publish`` and ``report docs`` as a user types them (in process)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from robustbench_wave import report
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "table.txt").write_text("model clean\nwavelet 86.0 ± 2.2\n")
+    (run / "meta.json").write_text(json.dumps({"run": {"command": "python -m robustbench_wave.attack"}}))
+    return run
+
+
+def test_publish_then_docs_renders_and_checks_the_page(run_dir, tmp_path, capsys):
+    into = tmp_path / "results" / "published"
+    assert report.main(["publish", str(run_dir), "--name", "demo", "--into", str(into)]) == 0
+    assert (
+        json.loads((into / "demo" / "source.json").read_text())["command"]
+        == "python -m robustbench_wave.attack"
+    )
+    page = tmp_path / "README.md"
+    include = "<!-- include: results/published/demo/table.txt -->\n<!-- /include -->\n"
+    page.write_text(f"# T\n\n{include}\nThe wavelet ViT keeps 86.0%.\n")
+    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 1  # include block empty
+    assert report.main(["docs", "--root", str(tmp_path), str(page)]) == 0
+    assert "wavelet 86.0 ± 2.2" in page.read_text()
+    page.write_text(page.read_text().replace("86.0%", "86.1%"))
+    assert report.main(["docs", "--root", str(tmp_path), str(page)]) == 1
+    assert "'86.1%' is in none of results/published/demo/table.txt" in capsys.readouterr().err
+
+
+def test_publish_refuses_a_name_that_is_no_folder_name(run_dir):
+    with pytest.raises(SystemExit, match=re.escape("--name '../x' cannot name a folder")):
+        report.main(["publish", str(run_dir), "--name", "../x"])
+
+
+def test_docs_refuses_a_missing_page(tmp_path):
+    with pytest.raises(SystemExit, match="no such page"):
+        report.main(["docs", "--root", str(tmp_path), str(tmp_path / "NOPE.md")])
+
+
+def test_report_help_lists_publish_and_docs(capsys):
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    out = capsys.readouterr().out
+    assert "publish" in out and "docs" in out

@@ -1,0 +1,137 @@
+"""Published results and the Markdown that quotes them: a number the page writes must be one its file holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from robustbench_wave.reporting.published import (
+    MAX_FILE_BYTES,
+    SOURCE_FILE,
+    check_markdown,
+    publish,
+    render_includes,
+    render_pages,
+)
+
+TABLE = "model  clean       Linf 0.03\npatch  86.5 ± 2.1  13.4 ± 2.1\nwavelet  86.0 ± 2.2  62.6 ± 3.0\n"
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "table.txt").write_text(TABLE)
+    (run / "verdict.json").write_text(json.dumps({"difference": 0.4921, "p_value": 6e-5}))
+    (run / "records.csv.gz").write_bytes(b"not a summary")
+    meta = {
+        "run": {"command": "python -m robustbench_wave.attack --model wavelet"},
+        "created_utc": "2026-12-01",
+    }
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_publish_copies_the_summaries_only_and_says_where_they_came_from(run_dir, tmp_path):
+    dest = publish(run_dir, tmp_path / "published" / "demo")
+    assert sorted(p.name for p in dest.iterdir()) == [SOURCE_FILE, "table.txt", "verdict.json"]
+    source = json.loads((dest / SOURCE_FILE).read_text())
+    assert source["command"] == "python -m robustbench_wave.attack --model wavelet"
+    assert source["files"]["table.txt"] == __import__("hashlib").sha256(TABLE.encode()).hexdigest()
+    assert (dest / "table.txt").read_text() == TABLE
+
+
+def test_publish_refuses_a_folder_without_summaries_and_a_file_too_big(tmp_path):
+    with pytest.raises(ValueError, match="none of the summary files"):
+        publish(tmp_path, tmp_path / "out")
+    big = tmp_path / "summary.csv"
+    big.write_bytes(b"0" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(ValueError, match="keep records"):
+        publish(big, tmp_path / "out")
+
+
+def _page(body: str, path: str = "pub/table.txt") -> str:
+    return f"# Title\n\n## Results\n\n<!-- include: {path} -->\nstale\n<!-- /include -->\n\n{body}\n"
+
+
+def test_an_include_block_is_the_file_and_a_stale_one_is_reported(run_dir, tmp_path):
+    publish(run_dir, tmp_path / "pub")
+    page = _page("Nothing quoted.")
+    assert [p.what for p in check_markdown(page, tmp_path)] == [
+        "include block of pub/table.txt differs from the file"
+    ]
+    rendered = render_includes(page, tmp_path)
+    assert f"```text\n{TABLE}```" in rendered
+    assert check_markdown(rendered, tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("prose", "ok"),
+    [
+        ("The wavelet ViT keeps 62.6% against 13.4% for patch.", True),
+        ("A difference of +49.2 points (p = 6e-5).", True),  # a fraction of verdict.json in points
+        ("The wavelet ViT keeps 62.7%.", False),  # one digit off
+        ("The wavelet ViT keeps 63%.", True),  # 62.6 at the prose's precision
+        ("It keeps 70%.", False),
+        ("Installed with `torch==2.14.1`, released 2026-12-01, torch 2.14.1 (`--eps 0.77`).", True),
+        ("```\nkeeps 99.9% in a code block\n```", True),
+    ],
+)
+def test_every_quoted_number_is_a_value_of_the_sections_files(run_dir, tmp_path, prose, ok):
+    publish(run_dir, tmp_path / "pub")
+    (tmp_path / "pub2").mkdir()
+    page = render_includes(_page(prose), tmp_path).replace(
+        "<!-- include: pub/table.txt -->",
+        "<!-- source: pub/verdict.json -->\n<!-- include: pub/table.txt -->",
+    )
+    problems = check_markdown(page, tmp_path)
+    assert (problems == []) is ok, problems
+
+
+def test_a_percentage_without_a_source_is_an_error_and_sections_do_not_share_sources(run_dir, tmp_path):
+    publish(run_dir, tmp_path / "pub")
+    page = render_includes(_page("It keeps 62.6%."), tmp_path) + "\n## Elsewhere\n\nThe same 62.6% again.\n"
+    problems = check_markdown(page, tmp_path)
+    assert [p.section for p in problems] == ["Elsewhere"]
+    assert "no published file" in problems[0].what
+
+
+def test_render_pages_rewrites_in_place_and_check_changes_nothing(run_dir, tmp_path):
+    publish(run_dir, tmp_path / "pub")
+    page = tmp_path / "PAGE.md"
+    page.write_text(_page("Nothing quoted."))
+    assert render_pages([page], tmp_path, check=True) != []
+    assert "stale" in page.read_text()
+    assert render_pages([page], tmp_path) == []
+    assert TABLE in page.read_text()
+
+
+def test_an_unpublished_section_is_listed_and_not_checked(tmp_path):
+    from robustbench_wave.reporting.published import unpublished_sections
+
+    page = "# T\n\n## Old\n\n<!-- unpublished: measured 2026-11-30 on another machine -->\nIt kept 62.6%.\n"
+    assert check_markdown(page, tmp_path) == []
+    assert unpublished_sections(page) == [("Old", "measured 2026-11-30 on another machine")]
+    assert check_markdown(
+        page.replace("<!-- unpublished: measured 2026-11-30 on another machine -->", ""), tmp_path
+    )
+
+
+def test_confidence_levels_and_the_scales_end_are_not_measurements(tmp_path):
+    page = (
+        "# T\n\n## S\n\nA 95% Wilson interval, a 90% interval, a 95% confidence level, from chance to 100%.\n"
+    )
+    assert check_markdown(page, tmp_path) == []
+    assert check_markdown(page + "It kept 95%.\n", tmp_path) != []
+
+
+def test_publish_keeps_the_headline_block_of_table_txt_on_its_own(tmp_path):
+    from robustbench_wave.reporting.published import WORST_CASE_FILE
+    from robustbench_wave.reporting.tables import WORST_CASE_HEADING
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "table.txt").write_text(f"the long table\n\n{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n")
+    dest = publish(run, tmp_path / "pub")
+    assert (dest / WORST_CASE_FILE).read_text() == f"{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n"
