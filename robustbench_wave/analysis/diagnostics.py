@@ -298,36 +298,58 @@ def run_diagnostics(
     eps = reference_eps(records, LINF, FALLBACK_EPS) if eps is None else eps
     idx = _pick_subset(model, x_all, y_all, n)
     log.info("diagnostics for %s on %d examples, modes %s, eps=%.4g", model_name, len(idx), modes, eps)
-    suite = diagnostics_suite(eps, steps=steps, square_queries=square_queries)
+    inputs = _check_inputs(
+        model, x_all[idx], y_all[idx], idx, records, info=info, model_name=model_name, modes=modes, eps=eps,
+        steps=steps, square_queries=square_queries, seed=seed, meta=meta,
+    )  # fmt: skip
+    results = [c.run(inputs, None) for c in checks if not c.per_mode]
+    results += [c.run(inputs, mode) for mode in modes for c in checks if c.per_mode]
+    settings = {"n": len(idx), "eps": eps, "steps": steps, "square_queries": square_queries, "modes": modes}
+    settings |= {"seed": seed, "self_transfer": self_transfer, "thresholds": _thresholds(checks)}
+    report = DiagnosticsReport(model_name, results, inputs.histories, inputs.subset_records, settings)
+    log.info("%s: %s", model_name, report.status)
+    return report
+
+
+def _check_inputs(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    idx: torch.Tensor,
+    records: pd.DataFrame | None,
+    *,
+    info: Any,
+    model_name: str,
+    modes: Sequence[str],
+    eps: float,
+    steps: int,
+    square_queries: int,
+    seed: int,
+    meta: Mapping[str, Any] | None,
+) -> CheckInputs:
+    """The evidence the checks read: the subset's suite and its budget sweep (every attack on every
+    clean-correct point), both under the run's EOT choice, and what the run did about randomness."""
     run_settings = (meta or {}).get("settings") or {}
     eot = EotSettings(**{name: run_settings[key] for key, name in EOT_KEYS.items() if key in run_settings})
-    evaluated = _evaluate_subset(
-        model, x_all[idx], y_all[idx], idx, suite, info, modes, seed, model_name, eot
-    )
-    sweep = _evaluate_subset(
-        model, x_all[idx], y_all[idx], idx, sweep_suite(eps, steps=steps), info, modes, seed, model_name, eot
-    ).records
+
+    def on_subset(suite: Suite) -> EvaluationResult:
+        return _evaluate_subset(model, x, y, idx, suite, info, modes, seed, model_name, eot)
+
+    evaluated = on_subset(diagnostics_suite(eps, steps=steps, square_queries=square_queries))
     dev = model_device(model)
-    inputs = CheckInputs(
+    return CheckInputs(
         records=records,
         subset_records=evaluated.records,
-        sweep_records=sweep,
+        sweep_records=on_subset(sweep_suite(eps, steps=steps)).records,
         model=model,
-        x=x_all[idx].to(dev),
-        y=y_all[idx].to(dev),
-        num_classes=num_classes,
+        x=x.to(dev),
+        y=y.to(dev),
+        num_classes=int(info.num_classes),
         eps=eps,
         steps=steps,
         seed=seed,
         eot=_eot_plan(meta, evaluated.meta, model_name),
     )
-    results = [c.run(inputs, None) for c in checks if not c.per_mode]
-    results += [c.run(inputs, mode) for mode in modes for c in checks if c.per_mode]
-    settings = {"n": len(idx), "eps": eps, "steps": steps, "square_queries": square_queries, "modes": modes}
-    settings |= {"seed": seed, "self_transfer": self_transfer, "thresholds": _thresholds(checks)}
-    report = DiagnosticsReport(model_name, results, inputs.histories, evaluated.records, settings)
-    log.info("%s: %s", model_name, report.status)
-    return report
 
 
 def _thresholds(checks: Sequence[Check]) -> dict[str, Any]:
