@@ -42,6 +42,7 @@ from benchmarks.harness import (
     bench_images,
     bench_model,
     interleaved,
+    median,
     ratio_rows,
     run_script,
 )
@@ -170,50 +171,108 @@ def set_difference(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"breaks {int((~a & b).sum())} it leaves, leaves {int((a & ~b).sum())} it breaks"
 
 
-def case_rows(
-    case: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, threat: str, eps: float, args: Any
-) -> list[Row]:
-    """Every variant on one (model, threat, eps), interleaved; notes compare robust sets."""
+class PassCounter:
+    """Forward passes through a model and the rows they carry, with grad on (a backward follows) and off.
+
+    The work each variant makes, which the load of a shared machine does not move, beside its seconds."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.counts = {"grad": [0, 0], "no_grad": [0, 0]}  # [calls, rows]
+        self.handle = model.register_forward_pre_hook(self._count)
+
+    def _count(self, _module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        key = "grad" if torch.is_grad_enabled() else "no_grad"
+        self.counts[key][0] += 1
+        self.counts[key][1] += int(inputs[0].shape[0])
+
+    def take(self) -> str:
+        """'F forwards (R rows), B with grad (S rows)' since the last call, and reset."""
+        (gc, gr), (nc, nr) = self.counts["grad"], self.counts["no_grad"]
+        self.counts = {"grad": [0, 0], "no_grad": [0, 0]}
+        return f"passes: {nc + gc} forward ({nr + gr} rows), {gc} with grad ({gr} rows)"
+
+
+def variant_functions(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, threat: str, eps: float, args: Any
+) -> dict[str, Callable[[], torch.Tensor]]:
+    """The variants ``--variant`` selects (all by default; 'reference' only when the authors' code imports)."""
     dataset, quick = args.dataset, args.quick
     suite = threat_suite(threat, eps, quick)
-    robust: dict[str, torch.Tensor] = {}
-    members: dict[str, float] = {}  # the harness's seconds per attack, from its last run
-
-    def keep(name: str, fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
-        def call() -> None:
-            robust[name] = fn()
-
-        return call
-
-    fns = {
-        BASELINE: keep(BASELINE, lambda: art_autoattack(model, x, y, eps, threat, quick)),
-        "harness": keep("harness", lambda: harness_autoattack(model, x, y, suite, dataset, "off", members)),
-        "harness+art": keep("harness+art", lambda: harness_autoattack(model, x, y, suite, dataset, "all")),
+    members = args.members  # the harness's seconds per attack, from its last run
+    fns: dict[str, Callable[[], torch.Tensor]] = {
+        BASELINE: lambda: art_autoattack(model, x, y, eps, threat, quick),
+        "harness": lambda: harness_autoattack(model, x, y, suite, dataset, "off", members),
+        "harness+art": lambda: harness_autoattack(model, x, y, suite, dataset, "all"),
     }
     package = reference_package()
     if package is not None:
-        fns["reference"] = keep(
-            "reference", lambda: reference_autoattack(package, model, x, y, eps, threat, quick)
+        fns["reference"] = lambda: reference_autoattack(package, model, x, y, eps, threat, quick)
+    wanted = args.variant or list(fns)
+    missing = [v for v in wanted if v not in fns]
+    if missing:
+        raise SystemExit(
+            f"--variant {', '.join(missing)}: not available (choose from {', '.join(fns)}; 'reference' needs "
+            "the authors' package importable, e.g. PYTHONPATH=.:/tmp/aa after pip install --target /tmp/aa pyautoattack)"
         )
-    times = interleaved(fns, args.reps or 1, warmup=0)  # each call runs for tens of seconds
+    return {name: fns[name] for name in wanted}
+
+
+def case_rows(
+    case: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, threat: str, eps: float, args: Any
+) -> list[Row]:
+    """Every variant on one (model, threat, eps), interleaved; notes compare robust sets, CPU time and passes."""
+    robust: dict[str, torch.Tensor] = {}
+    passes: dict[str, str] = {}
+    counter = PassCounter(model)
+    args.members = {}
+
+    def keep(name: str, fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def call() -> None:
+            counter.take()
+            robust[name] = fn()
+            passes[name] = counter.take()
+
+        return call
+
+    fns = {name: keep(name, fn) for name, fn in variant_functions(model, x, y, threat, eps, args).items()}
+    cpu: dict[str, list[float]] = {}
+    times = interleaved(fns, args.reps or 1, warmup=0, cpu=cpu)  # each call runs for tens of seconds
+    counter.handle.remove()
+    base = BASELINE if BASELINE in times else next(iter(times))
+    ref = "reference" if "reference" in times else base
     notes = {}
     for name, flags in robust.items():
         parts = [f"robust {int(flags.sum())}/{len(x)}"]
-        if name != BASELINE:
-            parts.append(f"vs {BASELINE}: {set_difference(flags, robust[BASELINE])}")
-        if "reference" in robust and name != "reference":
-            parts.append(f"vs reference: {set_difference(flags, robust['reference'])}")
-        if name == "harness" and members:
+        if name != base:
+            parts.append(f"vs {base}: {set_difference(flags, robust[base])}")
+        if ref != base and name != ref:
+            parts.append(f"vs {ref}: {set_difference(flags, robust[ref])}")
+        if name != ref:
+            parts.append(f"CPU time / {ref}'s {median(cpu[name]) / median(cpu[ref]):.2f}")
+        parts.append(passes[name])
+        if name == "harness" and args.members:
             parts.append(
-                "s per member: " + ", ".join(f"{k} {v:.1f}" for k, v in members.items() if v >= 0.05)
+                "s per member: " + ", ".join(f"{k} {v:.1f}" for k, v in args.members.items() if v >= 0.05)
             )
         notes[name] = "; ".join(parts)
-    return ratio_rows("autoattack", case, times, BASELINE, per=len(x), unit="image", notes=notes)
+    return ratio_rows("autoattack", case, times, base, per=len(x), unit="image", notes=notes)
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """This script's own flags: which variants, how many images."""
+    p.add_argument(
+        "--variant",
+        action="append",
+        choices=[BASELINE, "harness", "harness+art", "reference"],
+        help="time only these variants (repeat the flag; default: all; the first one given is the ratios' "
+        "baseline when art_autoattack is left out). ART's side alone takes about 20 min per repetition",
+    )
+    p.add_argument("--n-examples", type=int, default=None, help="first N test images (default 64, quick 16)")
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
     """The wavelet model, the first n = 64 test images (16 quick), L∞ and L2 at the suite's reference budgets."""
-    n = 16 if args.quick else 64
+    n = args.n_examples or (16 if args.quick else 64)
     logging.getLogger("art").setLevel(logging.WARNING)  # one INFO line per estimator built
     args.dataset = bench_dataset()
     x, y = bench_images(n, args.dataset)
@@ -229,4 +288,4 @@ def bench(args: argparse.Namespace) -> list[Row]:
 
 
 if __name__ == "__main__":
-    run_script("autoattack", __doc__.splitlines()[0], bench)
+    run_script("autoattack", __doc__.splitlines()[0], bench, add_flags)

@@ -57,11 +57,17 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def interleaved(fns: Mapping[str, Callable[[], Any]], reps: int, warmup: int = 1) -> dict[str, list[float]]:
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]],
+    reps: int,
+    warmup: int = 1,
+    cpu: dict[str, list[float]] | None = None,
+) -> dict[str, list[float]]:
     """Seconds of ``reps`` calls of every function, interleaved, after ``warmup`` untimed calls each.
 
     Repetition r starts at variant r (mod the count), so no variant always runs first after a pause or
-    always right after the heaviest one.
+    always right after the heaviest one. ``cpu`` (when given) receives each call's CPU seconds of this
+    process, which other jobs on a shared machine move much less than the wall time.
     """
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
@@ -70,11 +76,15 @@ def interleaved(fns: Mapping[str, Callable[[], Any]], reps: int, warmup: int = 1
         for _ in range(warmup):
             fns[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
+    cpu_times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(reps):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fns[name]()
             times[name].append(time.perf_counter() - t0)
+            cpu_times[name].append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.update(cpu_times)
     return times
 
 
@@ -206,9 +216,18 @@ def reps_for(args: argparse.Namespace) -> int:
     return args.reps if args.reps is not None else (2 if args.quick else 5)
 
 
-def run_script(stem: str, description: str, bench: Callable[[argparse.Namespace], list[Row]]) -> list[Row]:
-    """Parse the flags, run ``bench``, write its CSV and Markdown and print the table."""
-    args = parser(description).parse_args()
+def run_script(
+    stem: str,
+    description: str,
+    bench: Callable[[argparse.Namespace], list[Row]],
+    add_flags: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> list[Row]:
+    """Parse the flags (``add_flags`` adds a script's own), run ``bench``, write its CSV and Markdown and
+    print the table."""
+    p = parser(description)
+    if add_flags is not None:
+        add_flags(p)
+    args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("robustbench_wave").setLevel(
         logging.WARNING

@@ -3,10 +3,20 @@ AutoAttack loop and the harness's suite, as the benchmark runs them, are sound o
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import torch
 
-from benchmarks.bench_autoattack import art_autoattack, harness_autoattack, set_difference, threat_suite
+from benchmarks import bench_autoattack
+from benchmarks.bench_autoattack import (
+    PassCounter,
+    art_autoattack,
+    harness_autoattack,
+    set_difference,
+    threat_suite,
+    variant_functions,
+)
 from tests.support.linear_oracle import CLEAR, breaking_budget, oracle
 
 
@@ -36,3 +46,26 @@ def test_both_sides_of_the_benchmark_agree_with_the_closed_form(threat: str, eps
     for robust in (art, ours):
         assert robust[budget > eps * 1.0001].all()  # nothing beyond the budget is broken
         assert not robust[budget < CLEAR * eps].any()  # everything well inside it is
+
+
+def test_pass_counter_counts_calls_rows_and_grad_passes_then_resets() -> None:
+    model = torch.nn.Linear(3, 2)
+    counter = PassCounter(model)
+    with torch.no_grad():
+        model(torch.zeros(5, 3))
+    model(torch.zeros(2, 3)).sum().backward()
+    assert counter.take() == "passes: 2 forward (7 rows), 1 with grad (2 rows)"
+    assert counter.take() == "passes: 0 forward (0 rows), 0 with grad (0 rows)"
+    counter.handle.remove()
+    model(torch.zeros(1, 3))
+    assert counter.take() == "passes: 0 forward (0 rows), 0 with grad (0 rows)"
+
+
+def test_variant_flag_selects_and_refuses_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_autoattack, "reference_package", lambda: None)
+    model, x, y, _ = oracle(n=4)
+    args = argparse.Namespace(dataset="custom", quick=True, members={}, variant=["harness"])
+    assert list(variant_functions(model, x, y, "Linf", 0.03, args)) == ["harness"]
+    args.variant = ["harness", "reference"]
+    with pytest.raises(SystemExit, match=r"reference.*authors' package"):
+        variant_functions(model, x, y, "Linf", 0.03, args)

@@ -34,6 +34,10 @@ def test_interleaved_warms_up_then_rotates_the_order():
     assert calls[:6] == ["a", "a", "b", "b", "c", "c"]  # warm-up, untimed
     assert calls[6:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # repetition r starts at variant r
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+    cpu: dict[str, list[float]] = {}
+    interleaved(fns, reps=2, warmup=0, cpu=cpu)
+    assert {k: len(v) for k, v in cpu.items()} == {"a": 2, "b": 2, "c": 2}
+    assert all(s >= 0.0 for v in cpu.values() for s in v)
     with pytest.raises(ValueError, match="reps"):
         interleaved(fns, reps=0)
 
