@@ -268,6 +268,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "baseline when art_autoattack is left out). ART's side alone takes about 20 min per repetition",
     )
     p.add_argument("--n-examples", type=int, default=None, help="first N test images (default 64, quick 16)")
+    p.add_argument(
+        "--threat", action="append", choices=["Linf", "L2"], help="only these threats (repeat; default both)"
+    )
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -281,7 +284,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     for p in model.parameters():
         p.requires_grad_(False)
     rows: list[Row] = []
-    for threat in ("Linf", "L2"):
+    for threat in args.threat or ("Linf", "L2"):
         eps = middle_budget(grid[threat])
         rows += case_rows(f"wavelet ({kind}), {threat} {eps:g}, n={n}", model, x, y, threat, eps, args)
     return rows
