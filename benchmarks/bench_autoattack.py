@@ -271,22 +271,27 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threat", action="append", choices=["Linf", "L2"], help="only these threats (repeat; default both)"
     )
+    p.add_argument(
+        "--model", action="append", help="zoo models to attack (repeat; default wavelet), from --trained-dir"
+    )
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
-    """The wavelet model, the first n = 64 test images (16 quick), L∞ and L2 at the suite's reference budgets."""
+    """Each model (default wavelet), the first n = 64 test images (16 quick), L∞ and L2 at the suite's
+    reference budgets."""
     n = args.n_examples or (16 if args.quick else 64)
     logging.getLogger("art").setLevel(logging.WARNING)  # one INFO line per estimator built
     args.dataset = bench_dataset()
     x, y = bench_images(n, args.dataset)
     grid = load_suite("autoattack").resolved_eps(args.dataset)
-    model, kind = bench_model("wavelet", args.dataset, args)
-    for p in model.parameters():
-        p.requires_grad_(False)
     rows: list[Row] = []
-    for threat in args.threat or ("Linf", "L2"):
-        eps = middle_budget(grid[threat])
-        rows += case_rows(f"wavelet ({kind}), {threat} {eps:g}, n={n}", model, x, y, threat, eps, args)
+    for name in args.model or ["wavelet"]:
+        model, kind = bench_model(name, args.dataset, args)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for threat in args.threat or ("Linf", "L2"):
+            eps = middle_budget(grid[threat])
+            rows += case_rows(f"{name} ({kind}), {threat} {eps:g}, n={n}", model, x, y, threat, eps, args)
     return rows
 
 
