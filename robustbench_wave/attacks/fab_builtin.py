@@ -91,8 +91,9 @@ def project_onto_boundary(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor, nor
     room = torch.where(w > 0, 1.0 - x, x) * (w != 0)
     move = w if norm == "L2" else torch.sign(w)
     cap = room / move.abs().clamp_min(_TINY)  # zero where the coordinate cannot help
-    t = _first_level(w * move, cap, gap.abs())
-    return x + move * torch.minimum(t[:, None], cap)
+    t = _first_level(w * move, cap, gap.abs())[:, None]
+    at_bound = (t >= cap) & (w != 0)  # set exactly to the bound, not x + v * cap rounded near it
+    return torch.where(at_bound, (w > 0).to(x.dtype), x + move * t)
 
 
 def _boundary(
