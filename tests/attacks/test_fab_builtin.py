@@ -2,7 +2,8 @@
 
 * A linear classifier whose distance to each target's boundary is known in closed form
   (``tests/support/linear_oracle.py``; the box [0, 1] never binds there): FAB's projection is exact, so the
-  attack breaks exactly the points whose distance is within eps and returns points of about that distance.
+  attack breaks exactly the points whose distance is within eps and returns points of about that distance;
+  with the box binding, exactly the points the closed-form L∞ worst case inside the box breaks.
 * Its box-constrained projection against a linear program (L∞, scipy's ``linprog``) and an exhaustive
   active-set search (L2) on small random cases, the box binding or not, the hyperplane reachable or not.
 * The zoo's wavelet ViT: its robust sets against torchattacks' FAB-T (a port of the authors' code).
@@ -28,7 +29,7 @@ from robustbench_wave.attacks import (
 )
 from robustbench_wave.attacks.fab_builtin import FabTSettings, fab_t, project_onto_boundary
 from robustbench_wave.evaluation import EvalSettings, evaluate
-from tests.support.attack_models import labelled, toy_data
+from tests.support.attack_models import labelled, linear_model, optimal_linf_margin, toy_data
 from tests.support.linear_oracle import DUAL, breaking_budget, oracle
 
 MARGIN = 0.02  # FAB converges to about 0.5% above the boundary in 100 steps (eta = 1.05)
@@ -67,6 +68,27 @@ def test_breaks_exactly_the_points_within_eps_of_a_linear_boundary(threat: str, 
     assert (size[broken] >= need[broken] * (1 - 1e-4)).all()
     assert (size[unambiguous] <= first[unambiguous] * (1 + MARGIN)).all()
     assert (size[~broken] == 0).all()
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.2])
+def test_breaks_what_the_closed_form_linf_worst_case_breaks_with_the_box_binding(eps: float) -> None:
+    """Points anywhere in [0, 1] (many pixels near a bound) and budgets where the box binds: a point must fall
+    when the optimal L∞ perturbation inside the box at (1 - MARGIN) eps breaks it, and stand when the one at eps
+    does not (``optimal_linf_margin``, the closed form)."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(3, 64, generator=g) / 2
+    x = torch.rand(80, 1, 8, 8, generator=g)
+    model = linear_model(w)
+    y = labelled(model, x)
+    bias = torch.zeros(3)
+    must_fall = optimal_linf_margin(w, bias, x, y, (1 - MARGIN) * eps)[0] < 0
+    must_stand = optimal_linf_margin(w, bias, x, y, eps)[0] > 0
+    assert must_fall.sum() >= 20
+    adv = fab_t(model, x, y, 2, FabTSettings("Linf", eps))
+    with torch.no_grad():
+        broken = model(adv).argmax(1) != y
+    assert broken[must_fall].all() and not broken[must_stand].any()
+    assert ((adv - x).abs().flatten(1).amax(1) <= eps).all() and ((adv >= 0) & (adv <= 1)).all()
 
 
 def _linf_by_lp(x: np.ndarray, w: np.ndarray, c: float) -> float | None:
@@ -172,7 +194,7 @@ def test_registered_as_fab_ts_builtin_second_implementation_and_cross_checked() 
     assert runner.rejection("L2", {"restarts": 1}) is None
 
 
-def test_cross_check_records_builtin_fab_rows_whose_breaks_count() -> None:
+def test_cross_check_runs_the_builtin_beside_torchattacks_as_attack_at_builtin() -> None:
     model, x, y, _ = oracle(n=16)
     suite = parse_suite(
         {
