@@ -9,8 +9,9 @@ L2 1.0), the test labels (as AutoAttack, every variant attacks the clean-correct
   APGD-DLR against each other class (ART's targeted loop), Square (5,000 queries). ART has no FAB.
 * ``harness``: :func:`robustbench_wave.evaluation.evaluate` with the autoattack suite's entries of that threat
   (APGD-CE, APGD-T, FAB-T, Square, PGD-DLR), exact gradients, no cross-check.
-* ``harness+art``: the same with ``cross_check="all"``: ART's APGD-CE and APGD-T beside torchattacks', their
-  breaks counted (what ``--cross-check`` adds at the reference budget by default).
+* ``harness+art``: the same with ``cross_check="all"``: ART's APGD-CE and APGD-T and the builtin FAB-T
+  (``attacks/fab_builtin.py``) beside torchattacks', their breaks counted (what ``--cross-check`` adds at the
+  reference budget by default).
 * ``reference`` (only when the authors' package imports, as ``autoattack`` or ``pyautoattack``; never a
   dependency of the project): ``AutoAttack(version='standard', seed=0).run_standard_evaluation``.
 

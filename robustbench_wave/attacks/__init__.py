@@ -11,8 +11,8 @@ Import from here (``from robustbench_wave.attacks import evaluate-facing names``
 * :mod:`.seeding` -- the one seeding rule and random-start distribution;
 * :mod:`.model_state` -- eval mode / frozen parameters, gradient modes, input gradients;
 * :mod:`.pgd` -- the one PGD loop with hooks; :mod:`.lowfreq` -- the low-frequency attack's hooks;
-* :mod:`.builtin`, :mod:`.torchattacks_backend`, :mod:`.foolbox_backend`, :mod:`.art_backend` -- the
-  implementations (importing this package registers them all); :mod:`.corruptions` -- the common corruptions (Hendrycks & Dietterich
+* :mod:`.builtin`, :mod:`.torchattacks_backend`, :mod:`.foolbox_backend`, :mod:`.art_backend`,
+  :mod:`.fab_builtin` (FAB-T from the paper) -- the implementations (importing this package registers them all); :mod:`.corruptions` -- the common corruptions (Hendrycks & Dietterich
   2019), the ``corruption`` family.
 """
 
@@ -26,6 +26,7 @@ from robustbench_wave.attacks import (  # noqa: F401  (registers)
 # isort: off
 # ART registers runners for families torchattacks_backend declares, so it comes after the modules above
 from robustbench_wave.attacks import art_backend  # noqa: F401  (registers)
+from robustbench_wave.attacks import fab_builtin  # noqa: F401  (registers)
 
 # isort: on
 from robustbench_wave.attacks.budget import (

@@ -11,8 +11,8 @@ iterate (the reference keeps any iterate that misclassifies) and fixes rho at 0.
 ``-(z_t - max_{i != t} z_i) / (z_pi1 - z_pi3)`` and a targeted run counts a point only when it reaches the target;
 its Square has only the margin loss. APGD-T here tries the same targets as AutoAttack's (the
 ``n_target_classes`` classes with the highest clean logits after the top one), one ART run per target on the
-points still classified correctly. ART has no FAB: ``fab-t`` has no second implementation here (ART's own
-``AutoAttack`` puts DeepFool in its place); the autoattack suite's builtin PGD-DLR stands in for it.
+points still classified correctly. ART has no FAB (its own ``AutoAttack`` puts DeepFool in its place): FAB-T's
+second implementation is the builtin one written from the paper (:mod:`robustbench_wave.attacks.fab_builtin`).
 
 ART draws its random starts from NumPy's global RNG and Square's square positions from Python's ``random``: the
 runners seed both from ``request.context.block_seed`` and put the caller's state back, so they run on fixed id
