@@ -2,8 +2,8 @@
 
 FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b), Square (Andriushchenko
 et al. 2020) and MI-FGSM (Dong et al. 2018): with APGD-CE the first four are AutoAttack's standard version
-(``attacks/autoattack.toml``). APGD, APGD-T, FAB-T, Square and MI-FGSM exist only here, so their families are
-declared here. torchattacks draws from torch's global RNG, so the randomised runners (all but FGSM and
+(``attacks/autoattack.toml``). APGD, APGD-T, FAB-T, Square and MI-FGSM are first implemented here, so their
+families are declared here (second implementations: ART's APGD, APGD-T and Square, the builtin FAB-T). torchattacks draws from torch's global RNG, so the randomised runners (all but FGSM and
 MI-FGSM) are registered with ``per_example_rng=False``: the evaluation calls them on fixed blocks of example
 ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.context.block_seed``, which APGD, APGD-T,
 FAB and Square also take as their own seed), and their results do not depend on the batch size either.
