@@ -5,8 +5,10 @@ L2 (``step_size[0]``), where the paper's Algorithm 1 and the authors' code halve
 point's L2 iterates then depend on its batch mates, and APGD-T is weaker than the reference's on some points.
 :func:`l2_single_run` runs torchattacks' own ``APGD.attack_single_run`` instead, whose L2 iteration is
 ``APGDT``'s line for line but with ``step_size`` per row (``tests/attacks/test_apgdt_l2.py`` checks the two
-sources differ only there and in the loss), on APGD-T's targeted DLR loss. As in the authors'
-``APGDAttack_targeted`` the targets are taken from the clean logits before the random start is drawn.
+sources differ only there and in the loss), on APGD-T's targeted DLR loss rounded as the authors' code rounds
+it (:func:`targeted_dlr`). As in the authors' ``APGDAttack_targeted`` the targets are taken from the clean
+logits before the random start is drawn. So at L2 the points are the authors' bit for bit where eps is a power
+of two (elsewhere torchattacks' (eps·t)/‖t‖ for the authors' eps·(t/‖t‖) rounds differently).
 
 **Targets side by side.** torchattacks' ``APGDT.perturb`` runs the targets one after another, each from a random
 start drawn from the global RNG for the points the earlier targets left. As for FAB-T
@@ -67,7 +69,18 @@ class _TargetedView:
         return getattr(self._atk, name)
 
     def dlr_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self._atk.dlr_loss_targeted(logits, y, self._targets)
+        if logits.shape[1] < 4:  # the subclass's variant for fewer classes
+            return self._atk.dlr_loss_targeted(logits, y, self._targets)
+        return targeted_dlr(logits, y, self._targets)
+
+
+def targeted_dlr(logits: torch.Tensor, y: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """AutoAttack's targeted DLR loss rounded as the authors' code rounds it: -(z_y - z_t) / (z_pi1 - (z_pi3 +
+    z_pi4) / 2). torchattacks writes the denominator z_pi1 - z_pi3 / 2 - z_pi4 / 2, which differs in the last
+    bit and moves the iterates; its form stays at L∞, whose records predate this."""
+    z = logits.sort(dim=1)[0]
+    u = torch.arange(logits.shape[0], device=logits.device)
+    return -(logits[u, y] - logits[u, targets]) / (z[:, -1] - 0.5 * (z[:, -3] + z[:, -4]) + 1e-12)
 
 
 def perturb_side_by_side(atk: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

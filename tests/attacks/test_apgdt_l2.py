@@ -80,6 +80,23 @@ def test_l2_apgd_t_returns_the_authors_points() -> None:
     assert torch.equal(ours, ref)
 
 
+def test_targeted_dlr_is_rounded_as_the_authors_loss() -> None:
+    """``targeted_dlr`` equals the authors' ``dlr_loss_targeted`` bit for bit, on logits where torchattacks'
+    rounding of the same formula (z_pi1 - z_pi3 / 2 - z_pi4 / 2) does not."""
+    autopgd = pytest.importorskip("pyautoattack.autopgd_base")
+    import torchattacks
+
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(512, 10, generator=g)
+    y, targets = torch.randint(0, 10, (512,), generator=g), torch.randint(0, 10, (512,), generator=g)
+    authors = autopgd.APGDAttack_targeted(torch.nn.Identity(), eps=1.0)
+    authors.y_target = targets
+    reference = authors.dlr_loss_targeted(logits, y)
+    assert torch.equal(apgdt.targeted_dlr(logits, y, targets), reference)
+    theirs = torchattacks.APGDT(torch.nn.Identity()).dlr_loss_targeted(logits, y, targets)
+    assert not torch.equal(theirs, reference)
+
+
 def _source_lines(cls: type) -> list[str]:
     """``cls.attack_single_run``'s code lines without comments and blank lines."""
     lines = (line.split("#")[0].strip() for line in inspect.getsource(cls.attack_single_run).splitlines())
