@@ -218,9 +218,9 @@ def _apgdt_class() -> type:
     """torchattacks' APGDT, with its targeted DLR loss defined for fewer than four classes.
 
     AutoAttack's loss is -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2); with three classes z_pi4 does not
-    exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own.
-    At L2 each point keeps its own step size (``apgdt.l2_single_run``: torchattacks' ``step_size[0]`` coupled
-    the rows). With one restart and no EOT its targets run side by side (:mod:`robustbench_wave.attacks.apgdt`:
+    exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own
+    at L∞; at L2 the authors' rounding of it, and each point keeps its own step size (``apgdt.l2_single_run``:
+    torchattacks' ``step_size[0]`` coupled the rows). With one restart and no EOT its targets run side by side (:mod:`robustbench_wave.attacks.apgdt`:
     the same points in fewer passes); ``row_targets``, when set, is each row's target class.
     """
     import torchattacks
