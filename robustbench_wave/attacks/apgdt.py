@@ -1,19 +1,30 @@
-"""APGD-T (Croce & Hein 2020) at L∞ with its target classes side by side: torchattacks' points, fewer passes.
+"""APGD-T (Croce & Hein 2020): L2 with one step size per point, and the target classes side by side.
 
-torchattacks' ``APGDT.perturb`` runs the targets one after another, each from a random start drawn from the
-global RNG for the points the earlier targets left. As for FAB-T (:mod:`robustbench_wave.attacks.fab`), a
-pass over the few points APGD-CE leaves costs almost what a pass over 30 does, so here several targets run in
-one call of torchattacks' own ``attack_single_run`` on the points repeated once per target, each row with its
-own target class (the instance's ``row_targets``, read by its targeted DLR loss).
+**L2 step.** torchattacks' ``APGDT.attack_single_run`` takes the first row's step size for the whole batch at
+L2 (``step_size[0]``), where the paper's Algorithm 1 and the authors' code halve each point's own step: a
+point's L2 iterates then depend on its batch mates, and APGD-T is weaker than the reference's on some points.
+:func:`l2_single_run` runs torchattacks' own ``APGD.attack_single_run`` instead, whose L2 iteration is
+``APGDT``'s line for line but with ``step_size`` per row (``tests/attacks/test_apgdt_l2.py`` checks the two
+sources differ only there and in the loss), on APGD-T's targeted DLR loss rounded as the authors' code rounds
+it (:func:`targeted_dlr`). As in the authors' ``APGDAttack_targeted`` the targets are taken from the clean
+logits before the random start is drawn. So at L2 the points are the authors' bit for bit where eps is a power
+of two (elsewhere torchattacks' (eps·t)/‖t‖ for the authors' eps·(t/‖t‖) rounds differently).
 
-Why it returns the sequential loop's points: at L∞ every row's iterates depend on that row alone (per-row step
-sizes and checkpoints; the model's logits do not depend on the batch, ``GradSafe``), and one draw of
-``torch.rand`` for g×n rows is the g draws of n rows one after another. The group is speculative: it assumes
-that no target before the last breaks a point. When target j of a group does, the points after it would have
-started from other random numbers, so targets after j are discarded, the RNG is put back to where the
-sequential loop stands after target j, and the next group starts at j + 1. torchattacks' L2 step uses the first
-row's step size for the whole batch (``step_size[0]``), which couples the rows: L2, random restarts and EOT keep
-torchattacks' sequential loop. ``tests/attacks/test_apgdt_batched.py`` compares both loops point for point.
+**Targets side by side.** torchattacks' ``APGDT.perturb`` runs the targets one after another, each from a random
+start drawn from the global RNG for the points the earlier targets left. As for FAB-T
+(:mod:`robustbench_wave.attacks.fab`), a pass over the few points APGD-CE leaves costs almost what a pass over
+30 does, so here several targets run in one ``attack_single_run`` on the points repeated once per target, each
+row with its own target class (the instance's ``row_targets``, read by its targeted DLR loss).
+
+Why it returns the sequential loop's points: every row's iterates depend on that row alone (per-row step sizes
+and checkpoints; the model's logits do not depend on the batch, ``GradSafe``), and one draw of ``torch.rand``
+(L∞) or ``torch.randn`` (L2) for g×n rows is the g draws of n rows one after another -- for ``randn`` only
+when a row has a multiple of 16 numbers (torch's CPU normal sampler transforms blocks of 16 and redraws a
+ragged tail). The group is speculative: it assumes that no target before the last breaks a point. When target
+j of a group does, the points after it would have started from other random numbers, so targets after j are
+discarded, the RNG is put back to where the sequential loop stands after target j, and the next group starts
+at j + 1. Random restarts and EOT keep torchattacks' sequential loop. ``tests/attacks/test_apgdt_batched.py``
+compares both loops point for point.
 """
 
 from __future__ import annotations
@@ -24,10 +35,52 @@ import torch
 
 from robustbench_wave.attacks.fab import group_size
 
+NORMAL_BLOCK = 16  # torch's CPU randn: rows of a multiple of this many numbers concatenate draw for draw
 
-def batchable(atk: Any) -> bool:
-    """Whether the side-by-side loop returns torchattacks' points for this APGDT instance."""
-    return atk.norm == "Linf" and atk.n_restarts == 1 and atk.eot_iter == 1
+
+def batchable(atk: Any, x: torch.Tensor) -> bool:
+    """Whether the side-by-side loop returns the sequential loop's points for this APGDT instance and batch."""
+    if atk.n_restarts != 1 or atk.eot_iter != 1:
+        return False
+    return atk.norm == "Linf" or (atk.norm == "L2" and x[0].numel() % NORMAL_BLOCK == 0)
+
+
+def l2_single_run(atk: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``atk.attack_single_run`` at L2 with one step size per row: torchattacks' APGD iteration on the
+    targeted DLR loss (towards ``atk.row_targets``, else the ``target_class``-th highest clean logit)."""
+    import torchattacks
+
+    targets = atk.row_targets
+    if targets is None:
+        targets = atk.get_logits(x).sort(dim=1)[1][:, -atk.target_class]
+    return torchattacks.APGD.attack_single_run(_TargetedView(atk, targets), x, y)
+
+
+class _TargetedView:
+    """An APGDT instance as torchattacks' APGD iteration reads it: its attributes, with loss 'dlr' being the
+    targeted DLR loss towards ``targets`` (the iteration's own bookkeeping attributes land here, not on it)."""
+
+    loss = "dlr"
+
+    def __init__(self, atk: Any, targets: torch.Tensor) -> None:
+        self._atk, self._targets = atk, targets
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._atk, name)
+
+    def dlr_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if logits.shape[1] < 4:  # the subclass's variant for fewer classes
+            return self._atk.dlr_loss_targeted(logits, y, self._targets)
+        return targeted_dlr(logits, y, self._targets)
+
+
+def targeted_dlr(logits: torch.Tensor, y: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """AutoAttack's targeted DLR loss rounded as the authors' code rounds it: -(z_y - z_t) / (z_pi1 - (z_pi3 +
+    z_pi4) / 2). torchattacks writes the denominator z_pi1 - z_pi3 / 2 - z_pi4 / 2, which differs in the last
+    bit and moves the iterates; its form stays at L∞, whose records predate this."""
+    z = logits.sort(dim=1)[0]
+    u = torch.arange(logits.shape[0], device=logits.device)
+    return -(logits[u, y] - logits[u, targets]) / (z[:, -1] - 0.5 * (z[:, -3] + z[:, -4]) + 1e-12)
 
 
 def perturb_side_by_side(atk: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,6 +123,7 @@ def _run_group(
     used = int(broke[0]) + 1 if len(broke) else g
     if used < g:  # later targets started from random numbers the sequential loop draws for fewer points
         torch.set_rng_state(state)
+        draw = torch.rand if atk.norm == "Linf" else torch.randn  # attack_single_run's random start
         for _ in range(used):
-            torch.rand(x.shape)
+            draw(x.shape)
     return used, fooled[:used], adv_rows.view(g, n, *x.shape[1:])

@@ -218,9 +218,10 @@ def _apgdt_class() -> type:
     """torchattacks' APGDT, with its targeted DLR loss defined for fewer than four classes.
 
     AutoAttack's loss is -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2); with three classes z_pi4 does not
-    exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own.
-    At L∞ with one restart its targets run side by side (:mod:`robustbench_wave.attacks.apgdt`: the same
-    points in fewer passes); ``row_targets``, when set, is each row's target class.
+    exist and we use z_pi1 - z_pi3, with two the plain margin (denominator 1). Four or more: torchattacks' own
+    at L∞; at L2 the authors' rounding of it, and each point keeps its own step size (``apgdt.l2_single_run``:
+    torchattacks' ``step_size[0]`` coupled the rows). With one restart and no EOT its targets run side by side (:mod:`robustbench_wave.attacks.apgdt`:
+    the same points in fewer passes); ``row_targets``, when set, is each row's target class.
     """
     import torchattacks
 
@@ -230,9 +231,14 @@ def _apgdt_class() -> type:
         def perturb(
             self, x_in: torch.Tensor, y_in: torch.Tensor, best_loss: bool = False, cheap: bool = True
         ):
-            if not apgdt.batchable(self):
+            if not apgdt.batchable(self, x_in):
                 return super().perturb(x_in, y_in, best_loss=best_loss, cheap=cheap)
             return apgdt.perturb_side_by_side(self, x_in, y_in)
+
+        def attack_single_run(self, x_in: torch.Tensor, y_in: torch.Tensor):
+            if self.norm == "L2":
+                return apgdt.l2_single_run(self, x_in, y_in)
+            return super().attack_single_run(x_in, y_in)
 
         def dlr_loss_targeted(self, x: torch.Tensor, y: torch.Tensor, y_target: torch.Tensor) -> torch.Tensor:
             if self.row_targets is not None:
