@@ -194,12 +194,18 @@ class PassCounter:
 
 
 def variant_functions(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, threat: str, eps: float, args: Any
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    threat: str,
+    eps: float,
+    args: Any,
+    members: dict[str, float],
 ) -> dict[str, Callable[[], torch.Tensor]]:
-    """The variants ``--variant`` selects (all by default; 'reference' only when the authors' code imports)."""
+    """The variants ``--variant`` selects (all by default; 'reference' only when the authors' code imports);
+    ``members`` receives the harness's seconds per attack from its last run."""
     dataset, quick = args.dataset, args.quick
     suite = threat_suite(threat, eps, quick)
-    members = args.members  # the harness's seconds per attack, from its last run
     fns: dict[str, Callable[[], torch.Tensor]] = {
         BASELINE: lambda: art_autoattack(model, x, y, eps, threat, quick),
         "harness": lambda: harness_autoattack(model, x, y, suite, dataset, "off", members),
@@ -225,7 +231,7 @@ def case_rows(
     robust: dict[str, torch.Tensor] = {}
     passes: dict[str, str] = {}
     counter = PassCounter(model)
-    args.members = {}
+    members: dict[str, float] = {}
 
     def keep(name: str, fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
         def call() -> None:
@@ -235,7 +241,10 @@ def case_rows(
 
         return call
 
-    fns = {name: keep(name, fn) for name, fn in variant_functions(model, x, y, threat, eps, args).items()}
+    fns = {
+        name: keep(name, fn)
+        for name, fn in variant_functions(model, x, y, threat, eps, args, members).items()
+    }
     cpu: dict[str, list[float]] = {}
     times = interleaved(fns, args.reps or 1, warmup=0, cpu=cpu)  # each call runs for tens of seconds
     counter.handle.remove()
@@ -251,9 +260,9 @@ def case_rows(
         if name != ref:
             parts.append(f"CPU time / {ref}'s {median(cpu[name]) / median(cpu[ref]):.2f}")
         parts.append(passes[name])
-        if name == "harness" and args.members:
+        if name == "harness" and members:
             parts.append(
-                "s per member: " + ", ".join(f"{k} {v:.1f}" for k, v in args.members.items() if v >= 0.05)
+                "s per member: " + ", ".join(f"{k} {v:.1f}" for k, v in members.items() if v >= 0.05)
             )
         notes[name] = "; ".join(parts)
     return ratio_rows("autoattack", case, times, base, per=len(x), unit="image", notes=notes)

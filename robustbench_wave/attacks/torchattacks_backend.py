@@ -306,26 +306,18 @@ def torchattacks_square(request: AttackRequest) -> RunOutput:
     import torchattacks
 
     p = request.params
+    settings = {  # the same settings either way
+        "eps": request.eps,
+        "n_queries": square_queries(p, request.eps),
+        "n_restarts": p["restarts"],
+        "p_init": p["p_init"],
+        "loss": p["loss"],
+        "seed": request.context.block_seed,
+    }
     if request.threat == Threat.LINF.value:
-        settings = SquareSettings(
-            eps=request.eps,
-            n_queries=square_queries(p, request.eps),
-            n_restarts=p["restarts"],
-            p_init=p["p_init"],
-            loss=p["loss"],
-            seed=request.context.block_seed,
-        )
-        return RunOutput(square_linf(request.model, request.images, request.labels, settings)[0])
-    atk = torchattacks.Square(
-        request.model,
-        norm=request.threat,
-        eps=request.eps,
-        n_queries=square_queries(p, request.eps),
-        n_restarts=p["restarts"],
-        p_init=p["p_init"],
-        loss=p["loss"],
-        seed=request.context.block_seed,
-    )
+        linf = SquareSettings(**settings)
+        return RunOutput(square_linf(request.model, request.images, request.labels, linf)[0])
+    atk = torchattacks.Square(request.model, norm=request.threat, **settings)
     return RunOutput(atk(request.images, request.labels).detach())
 
 

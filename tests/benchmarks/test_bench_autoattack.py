@@ -64,8 +64,8 @@ def test_pass_counter_counts_calls_rows_and_grad_passes_then_resets() -> None:
 def test_variant_flag_selects_and_refuses_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_autoattack, "reference_package", lambda: None)
     model, x, y, _ = oracle(n=4)
-    args = argparse.Namespace(dataset="custom", quick=True, members={}, variant=["harness"])
-    assert list(variant_functions(model, x, y, "Linf", 0.03, args)) == ["harness"]
+    args = argparse.Namespace(dataset="custom", quick=True, variant=["harness"])
+    assert list(variant_functions(model, x, y, "Linf", 0.03, args, {})) == ["harness"]
     args.variant = ["harness", "reference"]
     with pytest.raises(SystemExit, match=r"reference.*authors' package"):
-        variant_functions(model, x, y, "Linf", 0.03, args)
+        variant_functions(model, x, y, "Linf", 0.03, args, {})
