@@ -3,10 +3,13 @@
 FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b), Square (Andriushchenko
 et al. 2020) and MI-FGSM (Dong et al. 2018): with APGD-CE the first four are AutoAttack's standard version
 (``attacks/autoattack.toml``). APGD, APGD-T, FAB-T, Square and MI-FGSM are first implemented here, so their
-families are declared here (second implementations: ART's APGD, APGD-T and Square, the builtin FAB-T). torchattacks draws from torch's global RNG, so the randomised runners (all but FGSM and
-MI-FGSM) are registered with ``per_example_rng=False``: the evaluation calls them on fixed blocks of example
+families are declared here (second implementations: ART's APGD, APGD-T and Square, the builtin FAB-T). torchattacks draws from torch's global RNG, and every one of its attacks ascends the batch's *mean*
+loss, whose gradient carries a factor 1/B: its rounding differs with the batch's size B, and where a pixel's
+gradient is rounding noise (a BPDA straight-through path, cancelling terms) even FGSM's sign flips. So every
+runner here is registered with ``per_example_rng=False``: the evaluation calls it on fixed blocks of example
 ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.context.block_seed``, which APGD, APGD-T,
-FAB and Square also take as their own seed), and their results do not depend on the batch size either.
+FAB and Square also take as their own seed), and its points depend neither on ``--batch-size`` nor on how a
+run is sharded over ranks.
 torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
 
 EOT (``eot_iter > 1``): APGD and APGD-T average ``eot_iter`` gradients themselves; FGSM and L∞ PGD switch to
@@ -145,7 +148,7 @@ def square_queries(params: Mapping[str, Any], eps: float) -> int:
     return params["small_eps_queries"] if eps < params["small_eps_below"] else params["n_queries"]
 
 
-@register_attack("fgsm", backend="torchattacks", per_example_rng=True)
+@register_attack("fgsm", backend="torchattacks", per_example_rng=False)  # mean loss: see above
 def torchattacks_fgsm(request: AttackRequest) -> RunOutput:
     import torchattacks
 
@@ -351,9 +354,9 @@ def _mifgsm_class() -> type:
     return MIFGSMZeroSafe
 
 
-@register_attack("mifgsm", backend="torchattacks", per_example_rng=True)
+@register_attack("mifgsm", backend="torchattacks", per_example_rng=False)
 def torchattacks_mifgsm(request: AttackRequest) -> RunOutput:
-    """MI-FGSM: deterministic (no random start), so each point's result depends only on itself."""
+    """MI-FGSM: no random start, but a batch-mean loss (module docstring), so it runs on id blocks too."""
     p, eps = request.params, request.eps
     atk = _mifgsm_class()(request.model, eps=eps, alpha=step_size(p, eps), steps=p["steps"], decay=p["decay"])
     return RunOutput(atk(request.images, request.labels).detach())

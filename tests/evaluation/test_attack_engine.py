@@ -362,3 +362,56 @@ def test_input_validation() -> None:
             {"eps": {"default": {"L2": [9.0]}}, "attack": [{"name": "p", "family": "pgd", "threat": "L2"}]}
         )
         evaluate(model, toy_data(2), torch.zeros(2, dtype=torch.long), big, progress=False)
+
+
+class CancellingLinear(torch.nn.Module):
+    """logits = (x W1) W2 - x (W1 W2) + x V with V zero on half the pixels: the first two terms cancel in real
+    arithmetic, so on those pixels the input gradient is float rounding alone, and its sign follows the scale
+    of the loss (torchattacks' batch-mean 1/B). A model whose attack points show any dependence on the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w1 = torch.nn.Parameter(torch.randn(64, 32, generator=g))
+        self.w2 = torch.nn.Parameter(torch.randn(32, 10, generator=g))
+        v = torch.randn(64, 10, generator=g)
+        v[32:] = 0.0
+        self.v = torch.nn.Parameter(v)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = x.flatten(1)
+        return (f @ self.w1) @ self.w2 - f @ (self.w1 @ self.w2) + f @ self.v
+
+
+def test_batch_mean_library_attacks_do_not_depend_on_batch_size_or_shard() -> None:
+    import torchattacks
+
+    model = CancellingLinear().eval()
+    x = toy_data(40, seed=1)
+    y = labelled(model, x)
+    # the premise: torchattacks' FGSM on the same rows returns other points in another batch size
+    alone = torchattacks.FGSM(model, eps=0.1)(x[:7], y[:7])
+    assert not torch.equal(alone, torchattacks.FGSM(model, eps=0.1)(x, y)[:7])
+    suite = parse_suite(
+        {
+            "name": "mean-loss",
+            "eps": {"default": {"Linf": [0.1]}},
+            "attack": [
+                {"name": "clean", "family": "clean"},
+                {"name": "fgsm", "family": "fgsm", "threat": "Linf", "backend": "torchattacks"},
+                {"name": "mifgsm", "family": "mifgsm", "threat": "Linf", "steps": 2},
+            ],
+        }
+    )
+    settings = EvalSettings(skip_broken=False)
+
+    def run(n: int, batch_size: int) -> pd.DataFrame:
+        r = evaluate(model, x[:n], y[:n], suite, settings, batch_size=batch_size, progress=False).records
+        return r[r["attack"] != "clean"].reset_index(drop=True)
+
+    whole, batched, shard = run(40, 40), run(40, 7), run(20, 20)
+    for col in ("attack", "example_id", "correct", "pred", "norm", "loss_final"):
+        pd.testing.assert_series_equal(batched[col], whole[col])
+        pd.testing.assert_series_equal(
+            shard[col], whole[whole["example_id"] < 20].reset_index(drop=True)[col]
+        )
