@@ -15,7 +15,15 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks import bench_frontend, bench_pgd, bench_ranks, bench_square, bench_suite, bench_train
+from benchmarks import (
+    bench_forward,
+    bench_frontend,
+    bench_pgd,
+    bench_ranks,
+    bench_square,
+    bench_suite,
+    bench_train,
+)
 from benchmarks.harness import Row, machine_facts, markdown_table, parser, write_outputs
 
 BENCHES: dict[str, Callable] = {
@@ -23,6 +31,7 @@ BENCHES: dict[str, Callable] = {
     "suite": bench_suite.bench,
     "square": bench_square.bench,
     "frontend": bench_frontend.bench,
+    "forward": bench_forward.bench,
     "ranks": bench_ranks.bench,
     "train": bench_train.bench,
 }
