@@ -72,6 +72,8 @@ def _contexts(model: nn.Module) -> dict[str, Callable[[], contextlib.AbstractCon
 
 
 def forward_call(model: nn.Module, x: torch.Tensor, ctx: Callable) -> Callable[[], torch.Tensor]:
+    """One no-grad forward of the batch under ``ctx()``, logits as float32 (what a query costs)."""
+
     def call() -> torch.Tensor:
         with ctx(), torch.no_grad():
             return model(x).float()
@@ -82,6 +84,8 @@ def forward_call(model: nn.Module, x: torch.Tensor, ctx: Callable) -> Callable[[
 def forward_backward_call(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: Callable
 ) -> Callable[[], object]:
+    """One forward + input-gradient pass under ``ctx()`` (what an attack step costs)."""
+
     def call() -> object:
         xg = x.clone().requires_grad_(True)
         with ctx():
