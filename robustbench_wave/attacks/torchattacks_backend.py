@@ -3,8 +3,10 @@
 FGSM, L∞/L2 PGD, APGD and APGD-T (Croce & Hein 2020), FAB-T (Croce & Hein 2020b), Square (Andriushchenko
 et al. 2020) and MI-FGSM (Dong et al. 2018): with APGD-CE the first four are AutoAttack's standard version
 (``attacks/autoattack.toml``). APGD, APGD-T, FAB-T, Square and MI-FGSM are first implemented here, so their
-families are declared here (second implementations: ART's APGD, APGD-T and Square, the builtin FAB-T). torchattacks draws from torch's global RNG, and every one of its attacks ascends the batch's *mean*
-loss, whose gradient carries a factor 1/B: its rounding differs with the batch's size B, and where a pixel's
+families are declared here (second implementations: ART's APGD, APGD-T and Square, the builtin FAB-T).
+
+torchattacks draws from torch's global RNG, and every one of its attacks ascends the batch's *mean* loss,
+whose gradient carries a factor 1/B: its rounding differs with the batch's size B, and where a pixel's
 gradient is rounding noise (a BPDA straight-through path, cancelling terms) even FGSM's sign flips. So every
 runner here is registered with ``per_example_rng=False``: the evaluation calls it on fixed blocks of example
 ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.context.block_seed``, which APGD, APGD-T,

@@ -4,9 +4,9 @@ The zoo models are tiny ViTs (width 64, 64 tokens): matrix products are a quarte
 heads of width 16 and element-wise work the rest; inductor fuses some of the latter. Measured on the 2-core
 CPU machine (``python -m benchmarks.bench_forward --compile``: make demo's models, one thread, batch 128;
 ``results/published/bench-forward``): compiled/eager 0.90-0.99 forward, 0.96-0.97 forward+backward, after a
-first call that compiles (seconds here, minutes on a loaded machine or a cold inductor cache). Compiled kernels reorder float operations, so logits differ
-from eager ones in the last bits (7e-7 on the wavelet model) and a compiled run's records are *not*
-bit-identical to an eager run's: the mode must go into the run's provenance, and comparisons of records
+first call that compiles (seconds here, minutes on a loaded machine or a cold inductor cache). Compiled
+kernels reorder float operations, so logits differ from eager ones in the last bits (7e-7 on the wavelet
+model) and a compiled run's records are *not* bit-identical to an eager run's: the mode must go into the run's provenance, and comparisons of records
 across runs must use the same mode. The switch is a :class:`CompileMode` value, given on the command line or
 through the ``RBW_COMPILE`` environment variable (:func:`compile_mode_from_env`).
 """
