@@ -741,7 +741,7 @@ def assignment_mode(
     return None, (
         f"{model} is not known to have the Token Pooling layer as its only fixed front-end (bpda switches a "
         f"wavelet tokenizer's mask too) and its runs have no {BPDA_ASSIGNMENT!r} rows, so exact − BPDA is not "
-        f"the assignment's gap alone: attack it with --grad-modes exact,blocked,bpda,{BPDA_ASSIGNMENT} (BPDA through the "
+        f"the assignment's gap alone: attack it with --grad-modes {model}=exact,blocked,bpda,{BPDA_ASSIGNMENT} (BPDA through the "
         "assignment only, every other front-end exact)"
     )
 

@@ -487,7 +487,7 @@ CLAIMS: dict[int, Claim] = {
             source="Marin et al., WACV 2023; masking as in Athalye et al. 2018",
             command="make tokenpool",
             then=" (pooled models under exact, blocked, BPDA and assignment-only BPDA gradients: "
-            "--grad-modes exact,blocked,bpda,bpda-assignment), then pass --runs <its run>",
+            "--grad-modes MODEL=exact,blocked,bpda,bpda-assignment per pooled model), then pass --runs <its run>",
             rule="Per pooled model with clean accuracy at or above the verdict's floor (chance plus a third of the way "
             "to 100%): robust under every attack with exact gradients vs with BPDA (straight-through) gradients "
             "through the cluster assignment alone (mode bpda-assignment: every other fixed front-end, e.g. a wavelet "
