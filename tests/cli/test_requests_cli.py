@@ -126,5 +126,6 @@ def test_benchmark_attacks_the_budget_it_reports() -> None:
             result.robust_accuracy_at(eps)
     with pytest.raises(ValueError, match="does not offer gradient mode"):
         robustbench_wave.benchmark(model, grad_modes=["blocked"], **kw)
-    tiny = robustbench_wave.benchmark(model, eps=0.001, **kw)  # below the old grid: attacked, not clean
-    assert set(tiny.records["eps"]) == {0.0, 0.001} and tiny.eps == 0.001
+    tiny = robustbench_wave.benchmark(model, eps=[0.001, "1/100"], **kw)  # below the old grid: attacked
+    assert set(tiny.records["eps"]) == {0.0, 0.001, 0.01}
+    assert tiny.eps == 0.01  # the largest, carried by meta.json (the grid's lower middle would be 0.001)
