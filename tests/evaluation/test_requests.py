@@ -148,3 +148,16 @@ def test_headline_cross_check_runs_at_the_declared_reference() -> None:
     entry = suite.attacks[1]
     assert CrossPlan.make(entry, "torchattacks", [0.1, 0.2], {}, "headline") is None  # no reference: none
     assert math.isclose(plan.threat_eps["Linf"][-1], 8 / 255)
+
+
+def test_suites_without_a_declared_reference_keep_the_middle_of_the_grid() -> None:
+    """The zoo's suites declare none: their headline cross-checks, fingerprints and meta are as before."""
+    for name in ("smoke", "headline", "default", "quick-look"):
+        suite = load_suite(name)
+        assert suite.reference == {} and "reference" not in suite.to_dict()
+        for dataset, shape in (("fashion-mnist", (1, 1, 28, 28)), ("cifar10", (1, 3, 32, 32))):
+            plan = Plan.make(suite, dataset, "auto", True, torch.rand(shape), "headline")
+            assert plan.declared_reference() == {}
+            for attack, cross in plan.cross.items():
+                threat = next(a.threat for a in suite.attacks if a.name == attack)
+                assert cross.eps == [mx.middle_budget(plan.threat_eps[threat])]
