@@ -442,7 +442,8 @@ def _run_summary(run: RunFolder) -> str:
         f"**Run** `{run.path}`",
         "",
         f"- data: `{ds.get('name', '?')}`, {meta.get('n_examples', '?')} test examples "
-        f"(sha256 `{str(meta.get('data_sha256', ''))[:12]}`), eps grid {ds.get('eps', {})}",
+        f"(sha256 `{str(meta.get('data_sha256', ''))[:12]}`), eps grid {ds.get('eps', {})}"
+        + (f", reference budget {ds['reference']} (declared)" if ds.get("reference") else ""),
         f"- suite: `{suite.get('name', '?')}` — {suite.get('description', '')}",
         f"- settings: attack seed {meta.get('seeds', {}).get('attack_seed', '?')}, "
         f"skip_broken={settings.get('skip_broken')}, backend={settings.get('backend')}, "
