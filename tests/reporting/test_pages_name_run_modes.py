@@ -1,6 +1,7 @@
 """Every page names only the gradient modes that ran (issue 30): the verdict says nothing of masking for a
 candidate without blocked-gradient records (``masking`` None, not false), and report.md's "gradient modes
-whose checks all pass" lists only modes with records, whatever a folder's diagnostics.json says."""
+whose checks all pass" lists only modes with records, whatever a folder's diagnostics.json says, and the
+checklist judges only those."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from robustbench_wave.analysis.verdict import judge
+from robustbench_wave.reporting.finalize import recorded_modes
 from robustbench_wave.reporting.markdown import diagnostics_markdown
 from robustbench_wave.reporting.runs import RunFolder
+from tests.support.external_models import quantized_linear
 from tests.support.masking_models import NUM_CLASSES, baseline_spec, masking_spec, synthetic_records
 
 
@@ -34,3 +37,11 @@ def test_report_lists_only_modes_with_records() -> None:
     diagnostics = [{"model": "cand", "status": "reliable", "trusted_modes": ["exact", "bpda"], "checks": []}]
     text = diagnostics_markdown([RunFolder(Path("run"), records, {}, diagnostics)])
     assert "gradient modes whose checks all pass: exact)" in text and "bpda" not in text
+
+
+def test_the_checklist_judges_only_modes_with_records() -> None:
+    """A wavelet-style model offers every mode; asked for exact alone, its checklist judges exact alone."""
+    model = quantized_linear(NUM_CLASSES)
+    exact_only = synthetic_records("cand", {k: v for k, v in masking_spec().items() if k[0] == "exact"})
+    assert recorded_modes(model, exact_only) == ["exact"]
+    assert recorded_modes(model, synthetic_records("cand", masking_spec())) == ["exact", "blocked", "bpda"]
