@@ -341,7 +341,8 @@ def add_request_flags(parser: argparse.ArgumentParser) -> None:
         metavar="THREAT=EPS",
         help="attack at these budgets instead of the suite's grid, e.g. --eps Linf=8/255 --eps L2=0.5 (fractions "
         "accepted; several budgets of a threat: repeat it, or Linf=2/255,4/255). Only the threats named are run: "
-        "the suite's attacks of other threats are left out, since no budget was asked for them. Refused: a threat "
+        "the suite's attacks of other threats are left out, so that tables, verdict and export speak only of budgets "
+        "you chose (name every threat you want). Refused: a threat "
         "the suite (after --attacks) has no attack for, L-inf and L0 budgets outside (0, 1], non-positive ones. "
         "The reference budget (verdict, checklist, export, --cross-check headline) is each threat's largest, or "
         "--reference-eps. Default: the suite's grid and its declared reference (else the grid's middle)",
