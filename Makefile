@@ -74,7 +74,8 @@ headline: $(STAMP)
 tokenpool: $(STAMP)
 	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --results-dir $(OUT)
 	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
-		--suite headline --n-examples 500 --grad-modes exact,blocked,bpda,bpda-assignment --results-dir $(OUT)
+		--suite headline --n-examples 500 --grad-modes patch-tokenpool=exact,blocked,bpda,bpda-assignment \
+		--grad-modes wavelet-tokenpool=exact,blocked,bpda,bpda-assignment --results-dir $(OUT)
 
 ## CIFAR-10 (colour: the wavelet tokenizer's YCbCr / 4:2:0 path): train the four models side by side (one run
 ## per rank), then attack them with AutoAttack's standard suite (L-inf 2/255, 4/255, 8/255; L2 0.25, 0.5) under

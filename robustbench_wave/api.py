@@ -27,9 +27,16 @@ import pandas as pd
 from torch import nn
 
 from robustbench_wave import attack, attackrun
+from robustbench_wave.attacks import parse_eps
 from robustbench_wave.distributed import DistContext, resolve_device
 from robustbench_wave.evaluation.chunks import tensor_sha256
-from robustbench_wave.evaluation.metrics import clean_correct, reference_eps, robust_accuracy
+from robustbench_wave.evaluation.metrics import (
+    check_on_grid,
+    clean_correct,
+    declared_reference,
+    reference_eps,
+    robust_accuracy,
+)
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.evaluation.sharding import Shard
 
@@ -43,7 +50,8 @@ DEFAULT_MODEL_NAME = "model"
 class BenchmarkResult:
     """What one :func:`benchmark` call measured. ``clean_accuracy`` and ``robust_accuracy`` are RobustBench's
     two numbers (the model's per-example worst case over every attack and gradient mode at ``threat_model``
-    and ``eps``); the rest is the run folder's content: ``summary`` (summary.csv), ``table`` (table.txt, as
+    and ``eps``, a budget that was attacked); :meth:`robust_accuracy_at` gives it at any other attacked
+    budget and refuses one that was not; the rest is the run folder's content: ``summary`` (summary.csv), ``table`` (table.txt, as
     printed by the attack command), ``checklist`` (diagnostics.csv: one row per check, model and gradient
     mode; empty with ``diagnostics=False``), ``verdict`` (verdict.json; empty without diagnostics)."""
 
@@ -63,6 +71,13 @@ class BenchmarkResult:
         """``clean_acc, robust_acc = benchmark(...)``, as with RobustBench."""
         return iter((self.clean_accuracy, self.robust_accuracy))
 
+    def robust_accuracy_at(self, eps: float | str, threat: str | None = None) -> float:
+        """The model's worst-case robust accuracy at a budget of ``threat`` (default ``threat_model``) that was
+        attacked; ValueError naming the attacked grid for any other (never a neighbouring budget's number)."""
+        threat = threat or self.threat_model
+        rows = self.records[self.records["model"] == self.model]
+        return robust_accuracy(rows, threat, check_on_grid(rows, threat, parse_eps(eps, where="eps")))[0]
+
 
 def benchmark(
     model: nn.Module | str,
@@ -70,7 +85,7 @@ def benchmark(
     dataset: str | None = None,
     threat_model: str = "Linf",
     *,
-    eps: float | None = None,
+    eps: float | str | Sequence[float | str] | None = None,
     suite: str | None = None,
     model_name: str | None = None,
     device: str | None = None,
@@ -88,8 +103,10 @@ def benchmark(
     """Attack ``model`` with a suite on the first ``n_examples`` test images of ``dataset``, run the checklist
     and the verdict, and return the tables (:class:`BenchmarkResult`). A keyword left at None takes the attack
     command's default (``python -m robustbench_wave.attack --help``); ``flags`` passes any other of its flags
-    as written there, e.g. ``["--train-seed", "1"]``. ``eps`` (default: the threat's reference budget, the
-    middle of the suite's grid) only picks the budget of ``robust_accuracy``. An in-memory model is put in
+    as written there, e.g. ``["--train-seed", "1"]``. ``eps`` (a number, a fraction such as ``"8/255"``, or
+    several) is the grid: the suite's attacks of ``threat_model`` run at exactly these budgets (``--eps``), the
+    other threats not at all, and ``robust_accuracy`` is at the largest; without it, the suite's grid and its
+    reference budget (declared, else the middle of the grid). An in-memory model is put in
     eval mode and attacked under the record name ``model_name`` (default ``model``); ``results_dir`` is where
     trained zoo models (and the default transfer surrogate) are found. ValueError on bad input."""
     name = model if isinstance(model, str) else (model_name or DEFAULT_MODEL_NAME)
@@ -105,7 +122,7 @@ def benchmark(
             attackrun.run_job(job, Shard(), DistContext(device=resolve_device(device or "auto")))
         except SystemExit as err:  # the attack command's one-line refusals
             raise ValueError(str(err.code)) from None
-        return _read_back(job.run_dir, settings.key(name), threat_model, eps, kept=out is not None)
+        return _read_back(job.run_dir, settings.key(name), threat_model, kept=out is not None)
 
 
 #: Keyword -> attack command flag, for the keywords given as values.
@@ -121,7 +138,18 @@ def _argv(name: str, given: dict[str, Any]) -> list[str]:
     argv = ["--model", name, "--no-progress"]
     argv += [a for key, flag in _FLAGS.items() if given[key] is not None for a in (flag, str(given[key]))]
     argv += [a for mode in given["grad_modes"] or () for a in ("--grad-modes", mode)]
+    argv += [a for e in _budget_list(given["eps"]) for a in ("--eps", f"{given['threat_model']}={e}")]
     return argv + ([] if given["diagnostics"] else ["--no-diagnostics"])
+
+
+def _budget_list(eps: Any) -> list[str]:
+    """``eps`` as the attack command's budget texts (none for None)."""
+    if eps is None:
+        return []
+    values = [eps] if isinstance(eps, str | int | float) else list(eps)
+    if not values:
+        raise ValueError("eps names no budget; give a number, a fraction string or several")
+    return [e if isinstance(e, str) else repr(float(e)) for e in values]
 
 
 def _resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Any, list[str]]:
@@ -149,11 +177,12 @@ def _echo(msg: str) -> None:
         log.info("%s", msg)
 
 
-def _read_back(run_dir: Path, key: str, threat: str, eps: float | None, kept: bool) -> BenchmarkResult:
-    """The run folder's tables, checklist and verdict, and the model's two headline numbers."""
-    records, _ = read_run(run_dir)
+def _read_back(run_dir: Path, key: str, threat: str, kept: bool) -> BenchmarkResult:
+    """The run folder's tables, checklist and verdict, and the model's two headline numbers at the threat's
+    reference budget (the largest ``eps`` given, else the suite's declared one or the middle of its grid)."""
+    records, meta = read_run(run_dir)
     rows = records[records["model"] == key]
-    chosen = eps if eps is not None else reference_eps(rows, threat)
+    chosen = reference_eps(rows, threat, declared=declared_reference(meta))
     if chosen is None:
         raise ValueError(
             f"threat_model {threat!r} was not attacked; the run has {sorted(set(rows['threat']))}"
@@ -166,7 +195,7 @@ def _read_back(run_dir: Path, key: str, threat: str, eps: float | None, kept: bo
         threat_model=threat,
         eps=float(chosen),
         clean_accuracy=float(clean.mean()) if len(clean) else math.nan,
-        robust_accuracy=robust_accuracy(rows, threat, float(chosen))[0],
+        robust_accuracy=robust_accuracy(rows, threat, check_on_grid(rows, threat, chosen))[0],
         records=records,
         summary=pd.read_csv(run_dir / "summary.csv"),
         table=(run_dir / "table.txt").read_text(encoding="utf-8"),

@@ -34,7 +34,6 @@ from robustbench_wave.cli import (
 )
 from robustbench_wave.data import describe_datasets
 from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
-from robustbench_wave.evaluation import ALL_MODES
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EOT_ITER, EotMode
 from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
@@ -152,7 +151,8 @@ def get_args_parser() -> Parser:
         default=CrossCheck.HEADLINE.value,
         choices=[c.value for c in CrossCheck],
         help="where every other back-end of each gradient attack also runs, on the points the primary one "
-        "attacked: 'headline' (default) = each threat's reference budget (the middle of its grid), 'all' "
+        "attacked: 'headline' (default) = each threat's reference budget (the suite's declared one, else the "
+        "middle of its grid; with --eps the largest or --reference-eps), 'all' "
         "= every budget, 'off'. Their breaks count in the worst case (records "
         "'attack@backend'); crosscheck.csv says what each back-end found",
     )
@@ -172,16 +172,7 @@ def get_args_parser() -> Parser:
         metavar="K",
         help=f"draws per prediction of a model under EOT (default {DEFAULT_DRAWS}: odd, so two classes never tie)",
     )
-    p.add_argument(
-        "--grad-modes",
-        action=ListAction,
-        default=list(ALL_MODES),
-        metavar="MODE",
-        help="gradient rule (exact, blocked, bpda; or bpda-assignment: BPDA through Token Pooling's cluster assignment "
-        "alone, every other front-end exact); repeat the flag (or A,B) for several. Default: exact, blocked and bpda "
-        "through a fixed front-end; exact and bpda where automatic BPDA finds operations that cut the input gradient; "
-        "exact only for the rest",
-    )
+    attackrun.add_request_flags(p)
     p.add_argument(
         "--surrogate",
         default=attackrun.AUTO_SURROGATE,
@@ -311,12 +302,12 @@ def _settings(args: argparse.Namespace) -> attackrun.RunSettings:
         args.model, args.surrogate, args.weights, args.surrogate_weights, args.num_classes, args.img_size,
         args.normalize,
     )  # fmt: skip
-    try:
+    try:  # config.json keeps --grad-modes as one line ("": each model's offered modes, the config as before)
         external = attackrun.external_specs(flags)
+        modes = "" if args.grad_modes is None else attackrun.parse_grad_modes(args.grad_modes).to_text()
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    named = {name: getattr(args, name) for name in SETTINGS_FLAGS}
-    named["grad_modes"] = ",".join(dict.fromkeys(args.grad_modes))  # config.json keeps the comma list
+    named = {name: getattr(args, name) for name in SETTINGS_FLAGS} | {"grad_modes": modes}
     return attackrun.RunSettings(models=args.model, external=external, **named)
 
 
@@ -335,8 +326,11 @@ def _out(args: argparse.Namespace) -> Path:
     return args.out if args.out is not None else args.results_dir
 
 
-def _check_flags(args: argparse.Namespace, settings: attackrun.RunSettings) -> tuple[Suite, list[str]]:
-    """The checks that need no data: --out, the model names, the suite and the gradient modes."""
+def _check_flags(
+    args: argparse.Namespace, settings: attackrun.RunSettings
+) -> tuple[Suite, attackrun.GradModeRequest]:
+    """The checks that need no data: --out, the model names, the suite, its budgets and the gradient modes
+    (their names; whether each model offers them is checked once it is loaded, still before any write)."""
     try:
         attackrun.check_names(settings, _out(args), args.run_name)
         if args.tensorboard is not None:
@@ -345,14 +339,20 @@ def _check_flags(args: argparse.Namespace, settings: attackrun.RunSettings) -> t
         suite = attackrun.select_suite(
             args.suite, None if args.attacks is None else ",".join(dict.fromkeys(args.attacks))
         )
-        return suite, attackrun.parse_grad_modes(settings.grad_modes)
+        suite = attackrun.suite_at_budgets(suite, args.eps, args.reference_eps)
+        request = attackrun.parse_grad_modes(settings.grad_modes)
+        attackrun.check_grad_mode_models(request, settings)
+        return suite, request
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
 
-def resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Suite, list[str]]:
-    """What an invocation means before any data is loaded: its settings, options, suite and gradient modes
-    (``robustbench_wave.benchmark`` calls it, so its defaults are this command's); SystemExit on bad input."""
+def resolve(
+    argv: list[str],
+) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Suite, attackrun.GradModeRequest]:
+    """What an invocation means before any data is loaded: its settings, options, suite (at its budgets) and
+    gradient-mode request (``robustbench_wave.benchmark`` calls it, so its defaults are this command's);
+    SystemExit on bad input."""
     args = get_args_parser().parse_args(argv)
     settings = _settings(args)
     return (settings, _options(args), *_check_flags(args, settings))

@@ -422,11 +422,13 @@ def robustness_claim(
     diagnostics_failures: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     self_transfer: Collection[str] = (),
     zoo: ClaimModels = ZOO,
+    reference: Mapping[str, float] | None = None,
 ) -> list[Finding]:
     """Claim 3 for one group of runs (one per training seed): :func:`verdict.judge` on the wavelet-family
     models and the patch baseline; one finding per (candidate, threat), its category mapped by
     :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted). The
-    first finding carries the judgement, whose words the report shows beside it."""
+    first finding carries the judgement, whose words the report shows beside it. ``reference``: the budgets the
+    runs' suite declares (:func:`metrics.declared_reference`; none: the middle of each grid)."""
     models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
     cands, base = claim3_models(models, zoo)
     if not cands:
@@ -436,6 +438,7 @@ def robustness_claim(
     judgement = vd.judge(
         records,
         num_classes=num_classes,
+        eps=reference or None,
         baseline=base,
         seeds=seeds,
         diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
@@ -515,6 +518,7 @@ def attribution(
     num_classes: int,
     threat: str,
     zoo: ClaimModels = ZOO,
+    reference: Mapping[str, float] | None = None,
 ) -> Finding | None:
     """Where the wavelet model's gap to the patch baseline comes from, at ``threat``'s reference budget:
     each ablation step's paired worst-case difference (to minus from, seeds pooled with the image as the unit;
@@ -524,7 +528,7 @@ def attribution(
     :data:`verdict.EQUIVALENCE_MARGIN`); inconclusive otherwise, or when a model is under the clean floor."""
     models = set.intersection(*(set(r["model"]) for r in runs))
     steps = [s for s in (*zoo.chain, *zoo.extra) if s.start in models and s.end in models]
-    eps = reference_eps(runs[0], threat)
+    eps = reference_eps(runs[0], threat, declared=reference)
     if len(steps) < 1 or eps is None:
         return None
     rows = [_step_row(runs, s, threat, eps) for s in steps]
@@ -741,7 +745,7 @@ def assignment_mode(
     return None, (
         f"{model} is not known to have the Token Pooling layer as its only fixed front-end (bpda switches a "
         f"wavelet tokenizer's mask too) and its runs have no {BPDA_ASSIGNMENT!r} rows, so exact − BPDA is not "
-        f"the assignment's gap alone: attack it with --grad-modes exact,blocked,bpda,{BPDA_ASSIGNMENT} (BPDA through the "
+        f"the assignment's gap alone: attack it with --grad-modes {model}=exact,blocked,bpda,{BPDA_ASSIGNMENT} (BPDA through the "
         "assignment only, every other front-end exact)"
     )
 
@@ -756,6 +760,7 @@ def assignment_masking_claim(
     assignment_only: Collection[str] | None = None,
     num_classes: int | None = None,
     zoo: ClaimModels = ZOO,
+    reference: Mapping[str, float] | None = None,
 ) -> list[Finding]:
     """Claim 5 per Token Pooling model and threat: exact minus BPDA-through-the-assignment robust accuracy at
     the reference budget (seeds pooled with the image as the unit). Masking at the assignment = exact
@@ -774,7 +779,7 @@ def assignment_masking_claim(
     out = []
     for model, threat in [(m, t) for m in models for t in threats]:
         rows = [r[r["model"] == model] for r in runs]
-        found = _masking_finding(rows, model, threat, assignment_only, num_classes)
+        found = _masking_finding(rows, model, threat, assignment_only, num_classes, reference)
         if found is not None:
             found.scope = f"{scope} · {model} · {found.scope}"
             found.notes = _masking_notes(model, diagnostics_failures)
@@ -788,9 +793,10 @@ def _masking_finding(
     threat: str,
     assignment_only: Collection[str] | None,
     num_classes: int | None,
+    reference: Mapping[str, float] | None = None,
 ) -> Finding | None:
     """Claim 5 on one model and threat (None: a mode has no rows at the reference budget)."""
-    eps = reference_eps(rows[0], threat)
+    eps = reference_eps(rows[0], threat, declared=reference)
     mode, why_not = assignment_mode(model, rows, assignment_only)
     side = mode or GradMode.BPDA.value  # unjudged: still show exact − bpda (every front-end)
     pairs = [mode_gap(r, threat, eps, GradMode.EXACT.value, side) for r in rows] if eps else []

@@ -47,7 +47,7 @@ from robustbench_wave.attacks import (
 )
 from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate
 from robustbench_wave.evaluation.eot import EotPlan, EotSettings
-from robustbench_wave.evaluation.metrics import reference_eps, worst_case_rows
+from robustbench_wave.evaluation.metrics import declared_reference, reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,8 @@ def run_diagnostics(
 
     ``records`` are the benchmark's per-example records (rows of ``model_name`` are used, ``example_id``
     indexing ``images``). The subset is ``n`` examples (clean-correct first); ``eps`` (default: the
-    records' reference Linf budget, :func:`metrics.reference_eps`) and ``steps`` set the subset attacks.
+    records' reference Linf budget, :func:`metrics.reference_eps`, the one ``meta`` declares if any) and
+    ``steps`` set the subset attacks.
     ``meta`` (the run's ``meta.json``) says whether the transfer attacks were crafted on ``model_name``
     itself: their rows are then read as an exact white-box restart (:func:`as_white_box_restarts`).
     """
@@ -295,7 +296,7 @@ def run_diagnostics(
     checks = list(checks) if checks is not None else default_checks()
     x_all, y_all = as_float_images(images), labels.long()
     modes = modes_for(model, grad_modes)
-    eps = reference_eps(records, LINF, FALLBACK_EPS) if eps is None else eps
+    eps = reference_eps(records, LINF, FALLBACK_EPS, declared_reference(meta)) if eps is None else eps
     idx = _pick_subset(model, x_all, y_all, n)
     log.info("diagnostics for %s on %d examples, modes %s, eps=%.4g", model_name, len(idx), modes, eps)
     inputs = _check_inputs(

@@ -375,7 +375,8 @@ def categorize(
 ) -> dict[str, Any]:
     """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row.
 
-    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``). Against a baseline,
+    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``; ``masking`` is None when the
+    candidate has no blocked-gradient records: not measured). Against a baseline,
     ``paired`` (:func:`paired_worst_case`: both models' worst case on the same examples) decides:
     ``above_baseline`` / ``below_baseline`` = the two-sided exact McNemar test significant at ``alpha``.
     :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when either model's clean accuracy is under
@@ -386,7 +387,8 @@ def categorize(
     worst = as_float(cand["worst_case"])
     blocked = as_float(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
-    masking = not math.isnan(gap) and gap >= settings.gap_tol
+    # None, not False, without blocked-gradient records: no attack ran under that mode, so nothing is said of it
+    masking = None if math.isnan(blocked) else bool(gap >= settings.gap_tol)
     out: dict[str, Any] = {"gap": gap, "masking": masking, "above_baseline": None}
     floor = chance + settings.clean_floor_share * (1 - chance)
     reasons = [_below_floor(cand, "candidate", floor, chance)]

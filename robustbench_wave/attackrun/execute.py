@@ -141,7 +141,7 @@ def attack_models(
             data.images,
             data.labels,
             job.suite,
-            settings.eval_settings(name, data.info, job.modes),
+            settings.eval_settings(name, data.info, job.modes[name]),
             surrogate=sur,
             surrogate_name=settings.key(settings.surrogate) if sur is not None else None,
             example_ids=example_ids,

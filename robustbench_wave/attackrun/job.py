@@ -12,7 +12,13 @@ from typing import Any
 from robustbench_wave.attackrun.finalize import FinalizeOptions
 from robustbench_wave.attackrun.folder import run_folder
 from robustbench_wave.attackrun.models import Loaded, choose_surrogate, load_run_models, model_hashes
-from robustbench_wave.attackrun.settings import Echo, RunSettings, default_run_name
+from robustbench_wave.attackrun.settings import (
+    Echo,
+    GradModeRequest,
+    RunSettings,
+    default_run_name,
+    resolve_model_modes,
+)
 from robustbench_wave.attacks import Suite
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.evaluation.plan import check_budgets
@@ -41,7 +47,9 @@ class Job:
     settings: RunSettings
     options: RunOptions
     suite: Suite
-    modes: list[str]
+    modes: dict[
+        str, list[str]
+    ]  # record name -> the gradient modes it is attacked under (resolve_model_modes)
     data: LabelledImages
     models: dict[str, Loaded]
     surrogate: Loaded | None
@@ -69,17 +77,22 @@ def prepare_job(
     settings: RunSettings,
     options: RunOptions,
     suite: Suite,
-    modes: list[str],
+    modes: GradModeRequest,
     command: str,
     echo: Echo,
     loaded: dict[str, Loaded] | None = None,
 ) -> Job:
-    """Load the test images and the models (``--surrogate auto`` resolved: :func:`choose_surrogate`) and choose
+    """Load the test images and the models (``--surrogate auto`` resolved: :func:`choose_surrogate`), resolve
+    each model's gradient modes (a mode it does not offer is refused: :func:`resolve_model_modes`) and choose
     the run folder; nothing is written here, and bad input ends with one clear line (SystemExit). ``loaded``:
     the models already in memory under their record names (``robustbench_wave.benchmark``), none loaded."""
     data = load_run_data(settings, suite)
     settings, surrogate_note = choose_surrogate(settings, options.results_dir, data.info)
     models, surrogate = load_run_models(settings, options.results_dir, data, loaded)
+    try:
+        model_modes = resolve_model_modes(modes, settings, {key: m[0] for key, m in models.items()})
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     sur_key = settings.key(settings.surrogate)
     config = settings.to_config(
         suite,
@@ -97,7 +110,7 @@ def prepare_job(
         settings,
         options,
         suite,
-        modes,
+        model_modes,
         data,
         models,
         surrogate,

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from robustbench_wave import runfolder
-from robustbench_wave.attacks import Suite, load_suite
-from robustbench_wave.evaluation import EvalSettings
+from robustbench_wave.attacks import Suite, load_suite, parse_budgets
+from robustbench_wave.evaluation import EvalSettings, resolve_grad_modes
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotMode, EotSettings
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import ExternalSpec, is_external, parse_normalize
@@ -50,7 +52,7 @@ class RunSettings:
     seed: int
     train_seed: int
     backend: str
-    grad_modes: str
+    grad_modes: str  # GradModeRequest.to_text(): "" = each model's offered modes
     surrogate: str
     skip_broken: bool
     cross_check: str  # a CrossCheck value
@@ -91,7 +93,7 @@ class RunSettings:
             "seed": self.seed,
             "train_seed": self.train_seed,
             "backend": self.backend,
-            "grad_modes": self.grad_modes,
+            "grad_modes": self.grad_modes or DEFAULT_GRAD_MODES,
             "surrogate": self.surrogate,
             "skip_broken": self.skip_broken,
             "cross_check": self.cross_check,
@@ -99,12 +101,13 @@ class RunSettings:
             "specs": specs or {},
         } | optional
 
-    def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str]) -> EvalSettings:
-        """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run."""
+    def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
+        """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``modes``:
+        its resolved gradient modes, :func:`resolve_model_modes`)."""
         return EvalSettings(
             model_name=model_name,
             dataset=dataset,
-            grad_modes=tuple(modes),
+            grad_modes=None if modes is None else tuple(modes),
             backend=self.backend,
             seed=self.seed,
             skip_broken=self.skip_broken,
@@ -127,16 +130,90 @@ def select_suite(suite: str, attacks: str | None) -> Suite:
     return loaded.select(names)
 
 
-def parse_grad_modes(text: str) -> list[str]:
-    """The comma-separated gradient modes, each one of ``MODE_NAMES`` (the three modes and the scoped ones,
-    e.g. ``bpda-assignment``)."""
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    if not modes:
-        raise ValueError(f"--grad-modes {text!r} names no gradient mode; choose from {list(MODE_NAMES)}")
-    bad = sorted(set(modes) - set(MODE_NAMES))
-    if bad:
-        raise ValueError(f"unknown --grad-modes {bad}; choose from {list(MODE_NAMES)}")
-    return modes
+#: ``config.json``'s ``grad_modes`` when none are asked for (each model's offered modes): the text it has
+#: always had, so the configuration of a run with the default modes is what it was.
+DEFAULT_GRAD_MODES = ",".join(m for m in MODE_NAMES if m in ("exact", "blocked", "bpda"))
+
+#: Separates the parts of a gradient-mode request's text (``exact;wavelet=exact,blocked,bpda``).
+PART_SEP = ";"
+
+
+@dataclass(frozen=True)
+class GradModeRequest:
+    """``--grad-modes`` as asked: ``every`` for each model (None: each model's own offered modes) and
+    ``per_model`` (a model as named by ``--model`` or by its record name -> its modes, replacing ``every``
+    for it). Honoured whole or refused before any attack (:func:`resolve_model_modes`)."""
+
+    every: tuple[str, ...] | None = None
+    per_model: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def modes_for(self, reference: str, key: str) -> tuple[str, ...] | None:
+        """The modes asked for the model of ``--model reference`` (record name ``key``); None: its offered."""
+        given = dict(self.per_model)
+        return given.get(reference, given.get(key, self.every))
+
+    def to_text(self) -> str:
+        """The request as one line (``RunSettings.grad_modes``, config.json): "" for none, else the modes for
+        every model, then ``MODEL=MODES`` per model, joined by ';' (one model's list alone: today's text)."""
+        parts = [",".join(self.every)] if self.every is not None else []
+        return PART_SEP.join(parts + [f"{name}={','.join(modes)}" for name, modes in self.per_model])
+
+
+def parse_grad_modes(text: str | Sequence[str]) -> GradModeRequest:
+    """``--grad-modes`` as a :class:`GradModeRequest`: each part (``text`` split at ';', or the flag's
+    occurrences) is a comma list of ``MODE_NAMES`` for every model, or ``MODEL=MODES`` for one model (a part
+    repeated adds to its list). ValueError for an unknown mode or a part naming none."""
+    parts = [p.strip() for p in (text.split(PART_SEP) if isinstance(text, str) else text)]
+    every: list[str] | None = None
+    per_model: dict[str, list[str]] = {}
+    for part in (p for p in parts if p):
+        name, _, modes_text = part.rpartition("=")  # a mode has no '=': a model name may
+        modes = [m.strip() for m in modes_text.split(",") if m.strip()]
+        if not modes or (name == "" and "=" in part):
+            raise ValueError(
+                f"--grad-modes {part!r} names no gradient mode; give MODES or MODEL=MODES, MODES from "
+                f"{list(MODE_NAMES)}"
+            )
+        bad = sorted(set(modes) - set(MODE_NAMES))
+        if bad:
+            raise ValueError(f"unknown --grad-modes {bad}; choose from {list(MODE_NAMES)}")
+        if name:
+            per_model[name.strip()] = list(dict.fromkeys([*per_model.get(name.strip(), []), *modes]))
+        else:
+            every = list(dict.fromkeys([*(every or []), *modes]))
+    if every is None and not per_model and not isinstance(text, str):
+        raise ValueError(f"--grad-modes names no gradient mode; choose from {list(MODE_NAMES)}")
+    return GradModeRequest(
+        None if every is None else tuple(every), tuple((n, tuple(m)) for n, m in per_model.items())
+    )
+
+
+def check_grad_mode_models(request: GradModeRequest, settings: RunSettings) -> None:
+    """Every model a ``MODEL=MODES`` part names is a ``--model`` (as given or by its record name)."""
+    known = {*settings.models, *(settings.key(m) for m in settings.models)}
+    unknown = [name for name, _ in request.per_model if name not in known]
+    if unknown:
+        raise ValueError(
+            f"--grad-modes names model(s) {unknown} that are not attacked; the --model(s): "
+            f"{sorted(dict.fromkeys(settings.key(m) for m in settings.models))}"
+        )
+
+
+def resolve_model_modes(
+    request: GradModeRequest, settings: RunSettings, models: dict[str, nn.Module]
+) -> dict[str, list[str]]:
+    """Record name -> the gradient modes its model is attacked under: those asked for it, refused (ValueError
+    naming the modes the model offers) when it does not offer one; each model's offered modes when none are
+    asked. ``models``: the loaded models by record name."""
+    out = {}
+    for reference in settings.models:
+        key = settings.key(reference)
+        asked = request.modes_for(reference, key)
+        try:
+            out[key] = resolve_grad_modes(models[key], asked)
+        except ValueError as err:
+            raise ValueError(f"--grad-modes {','.join(asked or ())} on --model {reference}: {err}") from None
+    return out
 
 
 def default_run_name(models: list[str], suite_name: str, n: int, seed: int, train_seed: int) -> str:
@@ -239,3 +316,55 @@ def normalize_arg(text: str) -> str:
         return parse_normalize(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix(f"--normalize {text!r}: ")) from None
+
+
+def add_request_flags(parser: argparse.ArgumentParser) -> None:
+    """The attack command's flags of what is asked of the suite: ``--grad-modes``, ``--eps``, ``--reference-eps``
+    (as everywhere, a list is the repeated flag or a comma list: the parts are split by the parsers here)."""
+    parser.add_argument(
+        "--grad-modes",
+        action="append",
+        default=None,
+        metavar="[MODEL=]MODES",
+        help="gradient rules to attack under (exact, blocked, bpda; or bpda-assignment: BPDA through Token Pooling's "
+        "cluster assignment alone, every other front-end exact), a comma list or the flag repeated. MODES alone "
+        "applies to every model; MODEL=MODES to one model (named as by --model or by its record name), e.g. "
+        "--grad-modes wavelet=exact,blocked,bpda. A mode a model does not offer is refused before any attack, "
+        "naming the modes it offers. Default (no flag, or a model no MODEL= part names when no MODES alone is "
+        "given): every mode each model offers: exact, blocked and bpda through a fixed front-end; exact and bpda "
+        "where automatic BPDA finds operations that cut the input gradient; exact only for the rest",
+    )
+    parser.add_argument(
+        "--eps",
+        action="append",
+        default=None,
+        metavar="THREAT=EPS",
+        help="attack at these budgets instead of the suite's grid, e.g. --eps Linf=8/255 --eps L2=0.5 (fractions "
+        "accepted; several budgets of a threat: repeat it, or Linf=2/255,4/255). Only the threats named are run: "
+        "the suite's attacks of other threats are left out, so that tables, verdict and export speak only of budgets "
+        "you chose (name every threat you want). Refused: a threat "
+        "the suite (after --attacks) has no attack for, L-inf and L0 budgets outside (0, 1], non-positive ones. "
+        "The reference budget (verdict, checklist, export, --cross-check headline) is each threat's largest, or "
+        "--reference-eps. Default: the suite's grid and its declared reference (else the grid's middle)",
+    )
+    parser.add_argument(
+        "--reference-eps",
+        action="append",
+        default=None,
+        metavar="THREAT=EPS",
+        help="with --eps: the budget of a threat the verdict, checklist and export speak of (one of its --eps "
+        "budgets; default its largest)",
+    )
+
+
+def suite_at_budgets(suite: Suite, eps: Sequence[str] | None, reference_eps: Sequence[str] | None) -> Suite:
+    """The suite at the ``--eps`` budgets (and ``--reference-eps``): :meth:`Suite.with_budgets`; as written
+    without them. ValueError naming the flag on bad input."""
+    if eps is None:
+        if reference_eps is not None:
+            raise ValueError("--reference-eps chooses among --eps budgets: give --eps too")
+        return suite
+    reference = parse_budgets(reference_eps, "--reference-eps") if reference_eps is not None else {}
+    if any(len(v) > 1 for v in reference.values()):
+        raise ValueError("--reference-eps: give one budget per threat")
+    return suite.with_budgets(parse_budgets(eps), {t: v[0] for t, v in reference.items()})

@@ -93,6 +93,7 @@ from robustbench_wave.attacks.suite import (
     fit_entry,
     list_suites,
     load_suite,
+    parse_budgets,
     parse_eps,
     parse_suite,
 )
@@ -151,6 +152,7 @@ __all__ = [
     "model_wavelet",
     "modes_for",
     "noise_sample",
+    "parse_budgets",
     "parse_eps",
     "parse_suite",
     "per_example",

@@ -9,6 +9,10 @@ A suite file has three parts (see ``attacks/default.toml`` for a commented examp
 * ``[settings]`` -- ``rng_block``: library attacks whose randomness we cannot seed per example
   (torchattacks' APGD and Square, foolbox/torchattacks PGD) are called on fixed blocks of example ids, each
   with its own seed, so their results never depend on ``--batch-size``.
+* ``[reference.<dataset>]`` (optional) -- the budget per threat the verdict, the checklist, the export and
+  ``--cross-check headline`` speak of, chosen by data set like ``[eps.*]`` (``[reference.default]`` for the
+  rest); it must be on that data set's grid. Without it a threat's reference is the lower middle of its grid
+  (``evaluation.metrics.middle_budget``).
 * ``[[attack]]`` entries, run in file order: ``name`` (unique), ``family`` (a family declared in
   :mod:`robustbench_wave.attacks.registry`; ``list_families()``), ``threat``,
   an optional ``backend`` and ``eps`` (overrides the data set's list), and the family's hyper-parameters.
@@ -30,8 +34,8 @@ import copy
 import math
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -177,6 +181,7 @@ class Suite:
     description: str = ""
     rng_block: int = DEFAULT_RNG_BLOCK
     source: str = ""
+    reference: dict[str, dict[str, float]] = field(default_factory=dict)  # dataset key -> threat -> budget
 
     def eps_key(self, dataset: Any = None) -> str:
         """The ``[eps.*]`` block used for ``dataset`` (a DatasetInfo, a name/spec string, or None)."""
@@ -209,8 +214,24 @@ class Suite:
                 out[entry.threat] = sorted(set(out[entry.threat]) | set(self.entry_eps(entry, dataset)))
         return out
 
+    def reference_eps(self, threat: str, dataset: Any = None) -> float | None:
+        """The reference budget the suite declares for ``threat`` on ``dataset``: its ``[reference.*]`` block,
+        else ``[reference.default]`` where the data set's budgets of the threat are ``[eps.default]``'s too;
+        None when it declares none (then the middle of the grid is the rule)."""
+        key = self.eps_key(dataset)
+        if threat in self.reference.get(key, {}):
+            return self.reference[key][threat]
+        if threat not in self.eps.get(key, {}):
+            return self.reference.get(DEFAULT_EPS_KEY, {}).get(threat)
+        return None
+
+    def declared_reference(self, dataset: Any = None) -> dict[str, float]:
+        """Threat -> :meth:`reference_eps` for every threat with one (meta.json's ``dataset.reference``)."""
+        threats = dict.fromkeys(t for block in self.reference.values() for t in block)
+        return {t: e for t in threats if (e := self.reference_eps(t, dataset)) is not None}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "description": self.description,
             "source": self.source,
@@ -218,6 +239,39 @@ class Suite:
             "eps": {k: {t: list(v) for t, v in d.items()} for k, d in self.eps.items()},
             "attack": [a.to_dict() for a in self.attacks],
         }
+        if (
+            self.reference
+        ):  # only when declared: the dict (config.json, chunk fingerprints) is otherwise as before
+            out["reference"] = {k: dict(d) for k, d in self.reference.items()}
+        return out
+
+    def with_budgets(
+        self, budgets: Mapping[str, Sequence[float]], reference: Mapping[str, float] | None = None
+    ) -> Suite:
+        """The suite at the user's budgets (``--eps``): for each threat named, exactly ``budgets[threat]`` on
+        every data set (replacing the grids and every entry's own ``eps``); the entries of threats not named do
+        not run, since no budget was asked for them. The reference of a threat is ``reference[threat]`` (on
+        its budgets) or its largest budget. ValueError for a threat no entry of the suite attacks, a budget
+        outside its threat's range or a reference off the budgets."""
+        attacked = {a.threat for a in self.attacks if a.family != CLEAN}
+        unknown = [t for t in budgets if t not in attacked]
+        if unknown:
+            raise ValueError(
+                f"--eps: suite {self.name!r} has no attack of threat {unknown}; its threats: {sorted(attacked)}"
+            )
+        grid = {t: _eps_list(list(v), t, f"--eps {t}") for t, v in budgets.items()}
+        for t, values in grid.items():
+            if not is_average_case(t) and values[0] <= 0:
+                raise ValueError(f"--eps {t}: budgets must be > 0 (eps = 0 is the clean input, always run)")
+        chosen = {t: max(v) for t, v in grid.items()}
+        for t, e in (reference or {}).items():
+            if t not in grid or not any(math.isclose(e, g, abs_tol=1e-9) for g in grid[t]):
+                raise ValueError(
+                    f"--reference-eps {t}={e:g} is not among the --eps budgets {grid.get(t, [])}"
+                )
+            chosen[t] = next(g for g in grid[t] if math.isclose(e, g, abs_tol=1e-9))
+        keep = tuple(replace(a, eps=None) for a in self.attacks if a.family == CLEAN or a.threat in grid)
+        return replace(self, attacks=keep, eps={DEFAULT_EPS_KEY: grid}, reference={DEFAULT_EPS_KEY: chosen})
 
     def select(self, names: list[str]) -> Suite:
         """A copy with only the named attacks (plus clean), e.g. to rerun one attack."""
@@ -227,7 +281,7 @@ class Suite:
                 f"suite {self.name!r} has no attacks {unknown}; it has {[a.name for a in self.attacks]}"
             )
         keep = tuple(a for a in self.attacks if a.name in names or a.family == CLEAN)
-        return Suite(self.name, keep, self.eps, self.description, self.rng_block, self.source)
+        return replace(self, attacks=keep)
 
 
 def _dataset_keys(dataset: Any) -> list[str]:
@@ -403,11 +457,12 @@ def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "
             _threat_name(t, f"[eps.{key}]"): _eps_list(v, _threat_name(t, f"[eps.{key}]"), f"[eps.{key}] {t}")
             for t, v in block.items()
         }
+    raw_reference = data.pop("reference", {}) or {}
     raw_attacks = data.pop("attack", None)
     if data:
         raise ValueError(
             f"suite {name!r}: unknown top-level keys {sorted(data)}; "
-            "allowed: name, description, settings, eps, attack, source"
+            "allowed: name, description, settings, eps, reference, attack, source"
         )
     if not isinstance(raw_attacks, list) or not raw_attacks:
         raise ValueError(f'suite {name!r}: no [[attack]] entries; add at least one (e.g. family = "clean")')
@@ -430,7 +485,51 @@ def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "
                 f"suite {name!r}: attack {a.name!r} uses threat {a.threat} but no [eps.*] block lists {a.threat} "
                 f"budgets; add {a.threat} = [...] to [eps.{DEFAULT_EPS_KEY}]"
             )
-    return Suite(name, tuple(attacks), eps, description, rng_block, source)
+    suite = Suite(name, tuple(attacks), eps, description, rng_block, source)
+    return replace(suite, reference=_parse_reference(suite, raw_reference))
+
+
+def _parse_reference(suite: Suite, raw: Any) -> dict[str, dict[str, float]]:
+    """``[reference.<dataset>]`` blocks: threat = one budget, on the grid that data set's block gives it."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"suite {suite.name!r}: [reference.<dataset>] must be tables of threat = budget")
+    out: dict[str, dict[str, float]] = {}
+    for key, block in raw.items():
+        where = f"suite {suite.name!r} [reference.{key}]"
+        if not isinstance(block, dict):
+            raise ValueError(f'{where} must be a table such as Linf = "8/255"')
+        grid = suite.resolved_eps(key.lower())
+        out[key.lower()] = {}
+        for t, value in block.items():
+            threat = _threat_name(t, where)
+            eps = parse_eps(value, where=f"{where} {t}")
+            match = [g for g in grid.get(threat, []) if math.isclose(g, eps, abs_tol=1e-9)]
+            if not match:
+                raise ValueError(
+                    f"{where} {t} = {value!r} is not on its grid {grid.get(threat, [])}: a reference budget "
+                    "must be one that is attacked"
+                )
+            out[key.lower()][threat] = match[0]
+    return out
+
+
+def parse_budgets(parts: Sequence[str], flag: str = "--eps") -> dict[str, tuple[float, ...]]:
+    """``THREAT=BUDGET`` items (``Linf=8/255``, fractions allowed; a part may be a comma list) as threat ->
+    budgets; a bare budget after one continues its threat (``Linf=2/255,4/255``). ValueError for an unknown
+    threat or a bad budget."""
+    out: dict[str, list[float]] = {}
+    threat = None
+    if not any(p.strip(", ") for p in parts):
+        raise ValueError(f"{flag} names no budget; write THREAT=BUDGET, e.g. {flag} Linf=8/255")
+    for part in (p.strip() for text in parts for p in text.split(",") if p.strip()):
+        text = part
+        if "=" in part:
+            name, _, text = part.partition("=")
+            threat = _threat_name(name.strip(), flag)
+        if threat is None:
+            raise ValueError(f"{flag} {part!r}: write THREAT=BUDGET, e.g. {flag} Linf=8/255 {flag} L2=0.5")
+        out.setdefault(threat, []).append(parse_eps(text.strip(), where=f"{flag} {threat}"))
+    return {t: tuple(v) for t, v in out.items()}
 
 
 def list_suites(suite_dir: Path = SUITE_DIR) -> list[str]:

@@ -32,11 +32,12 @@ from robustbench_wave.runfolder import check_safe_name
 log = logging.getLogger(__name__)
 
 NAIVE, ADAPTIVE = "naive", "adaptive"
-#: The attack command's flags per protocol: the naive one turns the automatic EOT off and keeps the gradient
-#: modes that trust the model's gradients (blocked exists only where a FixedFrontEnd declares it); the
-#: adaptive one is the command's defaults (``--grad-modes`` all, ``--eot auto``).
+#: The attack command's flags per protocol: the naive one trusts the model's own gradient, the exact one
+#: alone (no BPDA, no EOT: the automatic EOT off); the adaptive one is the command's defaults (``--grad-modes``
+#: every mode each defence offers, ``--eot auto``). The gallery's defences have no FixedFrontEnd, so none offers
+#: the blocked mode, and a request for it would be refused.
 PROTOCOLS: dict[str, tuple[str, ...]] = {
-    NAIVE: ("--grad-modes", "exact,blocked", "--eot", "off"),
+    NAIVE: ("--grad-modes", "exact", "--eot", "off"),
     ADAPTIVE: (),
 }
 #: ``surrogate`` value: the undefended gallery CNN with its trained weights.

@@ -34,6 +34,7 @@ from robustbench_wave.evaluation.metrics import (
     CLEAN_KIND,
     EPS_TOL,
     clean_correct,
+    declared_reference,
     reference_eps,
     robust_flags,
     threat_eps,
@@ -156,7 +157,8 @@ def build_table(runs: GalleryRuns, threat: str = Threat.LINF.value, eps: float |
         if missing:
             raise ValueError(f"{defence} lacks its {', '.join(sorted(missing))} run")
     if eps is None:
-        eps = reference_eps(runs[UNDEFENDED][ADAPTIVE].records, threat)
+        undefended = runs[UNDEFENDED][ADAPTIVE]
+        eps = reference_eps(undefended.records, threat, declared=declared_reference(undefended.meta))
         if eps is None:
             raise ValueError(f"the undefended CNN's run has no {threat} budget; pass another threat")
     order = [d for d in GALLERY if d in runs] + [d for d in runs if d not in GALLERY]

@@ -13,7 +13,8 @@ How the numbers are made honest (Croce & Hein 2020; Carlini et al. 2019; Athalye
   and where the evaluation runs (batch size, device, progress, chunk cache) or name its inputs (surrogate,
   example ids, provenance).
 * Gradient modes: a model with a fixed front-end (``has_fixed_front_end``) is attacked under every mode in
-  ``settings.grad_modes`` (default exact, blocked, bpda), one row each. Attacks that never differentiate the target
+  ``settings.grad_modes`` (default: each of exact, blocked, bpda the model offers; a mode it does not offer
+  is refused before any attack), one row each. Attacks that never differentiate the target
   (noise, Square, transfer) are *shared*: they run once, under the forward pass every mode has in common, on
   the points still robust in at least one mode; their records are replicated into every mode's rows, where a
   point already broken in that mode is recorded as skipped. So every mode's worst case includes them.
@@ -116,18 +117,25 @@ class _Run:
 
 
 def resolve_grad_modes(model: nn.Module, grad_modes: Sequence[str] | None) -> list[str]:
-    """Modes to evaluate: those asked for (default all three) that the model offers (``supported_grad_modes``:
-    all three with a fixed front-end, exact and bpda with automatic BPDA, else exact; a scoped mode such as
-    ``bpda-assignment`` only when asked for and the model has a switch of its kind, ``offered_modes``),
-    'exact' when none is."""
+    """The modes to evaluate, in :data:`MODE_NAMES` order. None: every mode of the three the model offers
+    (``supported_grad_modes``: all three with a fixed front-end, exact and bpda with automatic BPDA, else exact).
+    A list is a request, honoured whole or refused: a mode the model does not offer (``offered_modes``, a scoped
+    mode such as ``bpda-assignment`` included) is a ValueError naming the ones it does, never replaced by
+    another, so no page can speak of a mode that did not run."""
     offered = offered_modes(model)
-    asked = [parse_mode(m).name for m in (grad_modes or ALL_MODES)]
-    modes = [m for m in MODE_NAMES if m in asked and m in offered]
-    if grad_modes and set(asked) - set(offered):
-        log.info(
-            "model offers grad modes %s only: not evaluating %s", offered, sorted(set(asked) - set(offered))
+    if grad_modes is None:
+        return [m for m in MODE_NAMES if m in ALL_MODES and m in offered]
+    asked = [parse_mode(m).name for m in grad_modes]
+    if not asked:
+        raise ValueError(f"grad_modes names no gradient mode; this model offers {offered}")
+    missing = [m for m in dict.fromkeys(asked) if m not in offered]
+    if missing:
+        raise ValueError(
+            f"the model does not offer gradient mode(s) {missing}; it offers {offered} (blocked needs a "
+            "FixedFrontEnd sub-module, bpda one or an operation automatic BPDA finds: models/external.py). "
+            "Ask only for offered modes, or leave grad_modes unset for all of them"
         )
-    return modes or [GradMode.EXACT.value]
+    return [m for m in MODE_NAMES if m in asked]
 
 
 def _check_inputs(images: torch.Tensor, labels: torch.Tensor, example_ids: Any) -> Examples:

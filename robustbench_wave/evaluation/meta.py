@@ -129,7 +129,8 @@ def build_meta(
             "eps_key": suite.eps_key(info),
             "eps": plan.threat_eps,
             "info": dataclasses.asdict(info) if is_info else None,
-        },
+        }
+        | ({"reference": ref} if (ref := plan.declared_reference()) else {}),
         "n_examples": len(data),
         "example_ids": {
             "first": int(ids[0]) if len(ids) else None,

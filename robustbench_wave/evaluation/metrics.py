@@ -9,7 +9,8 @@
 * :func:`example_status` -- broken / held / unknown per example for one group of attacks, for comparing a
   strong group with a weak one (the gradient-masking checks).
 * :func:`backend_agreement` -- how two back-ends of one attack agree on the same points (``--cross-check``).
-* :func:`reference_eps` -- the one budget a diagnostic or a verdict reports by default, always on the grid.
+* :func:`reference_eps` -- the one budget a diagnostic or a verdict reports by default (the suite's declared one,
+  :func:`declared_reference`, else the middle of the grid), always on the grid.
 * :func:`corruption_accuracy`, :func:`corruption_errors`, :func:`corruption_summary` -- the average-case
   axis (common corruptions, Hendrycks & Dietterich 2019): accuracy per corruption and severity, corruption
   errors relative to a baseline model (CE, mCE, relative mCE); :func:`worst_case_rows` keeps these rows out
@@ -26,7 +27,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any
@@ -291,16 +292,48 @@ def threat_eps(records: pd.DataFrame, threat: str) -> list[float]:
 
 
 def reference_eps(
-    records: pd.DataFrame | None, threat: str = Threat.LINF.value, fallback: float | None = None
+    records: pd.DataFrame | None,
+    threat: str = Threat.LINF.value,
+    fallback: float | None = None,
+    declared: Mapping[str, float] | None = None,
 ) -> float | None:
-    """The middle positive budget of a threat's grid (the lower middle for an even count), chosen before any
-    result; eps = 0 is the clean input, not a budget.
+    """The budget a check, a verdict or an export speaks of: the one the suite declares (``declared``, threat ->
+    budget: :func:`declared_reference` of the run's meta.json) when it is on the threat's grid, else the middle
+    positive budget of the grid (the lower middle for an even count), chosen before any result; eps = 0 is the
+    clean input, not a budget.
 
     Always a budget that was attacked, never an interpolated median; ``fallback`` when the threat has none.
     """
     grid = threat_eps(records, threat) if records is not None and not records.empty else []
+    chosen = (declared or {}).get(threat)
+    if chosen is not None:
+        on_grid = [e for e in grid if math.isclose(e, chosen, abs_tol=EPS_TOL)]
+        if on_grid:
+            return on_grid[0]
     middle = middle_budget(grid)
     return fallback if middle is None else middle
+
+
+def declared_reference(meta: Mapping[str, Any] | None) -> dict[str, float]:
+    """Threat -> the reference budget the run's suite declares (meta.json's ``dataset.reference``, written by
+    the evaluation only when the suite has a ``[reference.*]`` block or the budgets came from ``--eps``); {}
+    for a run without one, whose references are the middle of each grid."""
+    ref = ((meta or {}).get("dataset") or {}).get("reference") or {}
+    return {str(t): float(e) for t, e in ref.items()}
+
+
+def check_on_grid(rows: pd.DataFrame, threat: str, eps: float) -> float:
+    """``eps`` as attacked (the grid's own float) when ``threat`` was attacked at it; ValueError naming the
+    grid otherwise, so no accuracy is ever answered for a budget that was not attacked (below the grid,
+    :func:`robust_flags` would give the clean accuracy; between budgets, a smaller budget's)."""
+    grid = threat_eps(rows, threat)
+    match = [e for e in grid if math.isclose(float(eps), e, abs_tol=EPS_TOL)]
+    if not match:
+        raise ValueError(
+            f"{threat} eps={float(eps):g} was not evaluated (not attacked); the attacked {threat} budgets: {grid} "
+            "(attack it with --eps / benchmark(eps=...))"
+        )
+    return match[0]
 
 
 def middle_budget(grid: Sequence[float]) -> float | None:

@@ -31,8 +31,8 @@ class CrossCheck(str, Enum):
     """Where every other back-end of a gradient attack also runs, on the points the primary one attacked.
 
     Its breaks count (the worst case is the union over back-ends; records name each back-end's attack
-    ``attack@backend``): ``headline`` = the reference budget of each threat (the middle of its grid, the
-    verdict's budget), ``all`` = every budget, ``off`` = only the primary back-end.
+    ``attack@backend``): ``headline`` = the reference budget of each threat (the verdict's budget: the
+    suite's declared one, else the middle of its grid, :meth:`Plan.reference`), ``all`` = every budget, ``off`` = only the primary back-end.
     """
 
     OFF = "off"
@@ -63,7 +63,9 @@ class EvalSettings:
 
     model_name: str = "model"  # the records' model column
     dataset: Any = None  # a DatasetInfo or its name (None: "custom"): picks the suite's eps block
-    grad_modes: tuple[str, ...] | None = None  # None: every mode (a model with a fixed front-end)
+    grad_modes: tuple[str, ...] | None = (
+        None  # None: each mode the model offers; else exactly these (or refused)
+    )
     backend: str = "auto"
     seed: int = 0
     skip_broken: bool = True
@@ -126,6 +128,18 @@ def check_budgets(suite: Suite, dataset: Any, shape: tuple[int, ...]) -> dict[st
     return threat_eps
 
 
+def reference_budgets(suite: Suite, dataset: Any, threat_eps: dict[str, list[float]]) -> dict[str, float]:
+    """Threat -> its reference budget: the one ``suite`` declares for ``dataset``, else the middle of the
+    threat's grid (:func:`~robustbench_wave.evaluation.metrics.middle_budget`)."""
+    out = {}
+    for threat, grid in threat_eps.items():
+        ref = suite.reference_eps(threat, dataset)
+        ref = ref if ref is not None else middle_budget(grid)
+        if ref is not None:
+            out[threat] = ref
+    return out
+
+
 @dataclass(frozen=True)
 class CrossPlan:
     """The other back-ends of one gradient attack and the budgets at which they run beside the primary."""
@@ -139,19 +153,19 @@ class CrossPlan:
         entry: AttackEntry,
         primary: str,
         entry_eps: Sequence[float],
-        threat_eps: dict[str, list[float]],
+        reference: dict[str, float],
         setting: str,
     ) -> CrossPlan | None:
         """None when nothing runs: cross-check off, no other back-end that honours the entry, or (headline)
-        the entry not attacked at its threat's reference budget."""
+        the entry not attacked at its threat's reference budget (``reference``: threat -> budget)."""
         setting = CrossCheck.parse(setting).value
         others = [b for b in entry.able_backends() if b != primary]
         if setting == CrossCheck.OFF.value or not entry.spec.grad_dependent or not others:
             return None
         eps = list(entry_eps)
         if setting == CrossCheck.HEADLINE.value:
-            middle = middle_budget(threat_eps.get(entry.threat, []))
-            eps = [e for e in eps if middle is not None and math.isclose(e, middle, abs_tol=EPS_TOL)]
+            ref = reference.get(entry.threat)
+            eps = [e for e in eps if ref is not None and math.isclose(e, ref, abs_tol=EPS_TOL)]
         return cls(others, eps) if eps else None
 
 
@@ -216,14 +230,21 @@ class Plan:
             entries.append(fit.entry)
         backends = {e.name: e.resolve_backend(backend) for e in suite.attacks}
         entry_eps = {e.name: suite.entry_eps(e, dataset) for e in suite.attacks}
+        reference = reference_budgets(suite, dataset, threat_eps)
         cross = {
             e.name: c
             for e in entries
-            if (c := CrossPlan.make(e, backends[e.name], entry_eps[e.name], threat_eps, cross_check))
+            if (c := CrossPlan.make(e, backends[e.name], entry_eps[e.name], reference, cross_check))
         }
         return cls(
             suite, dataset, threat_eps, entry_eps, backends, entries, skipped, cross, not_applicable, resolved
         )
+
+    def declared_reference(self) -> dict[str, float]:
+        """The reference budgets the suite declares for this data set (meta.json's ``dataset.reference``,
+        written only when there are some: :func:`robustbench_wave.evaluation.metrics.reference_eps` reads
+        them, else takes the middle of the grid)."""
+        return self.suite.declared_reference(self.dataset)
 
     def model_notes(self) -> dict[str, Any]:
         """What the model's ``meta.json`` entry says about this plan: ``{"plan": {"not_applicable": ...,

@@ -8,7 +8,6 @@ records, so the evaluation never depends on the reporting.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,10 +58,7 @@ class EvaluationResult:
         rows = self.records if model is None else self.records[self.records["model"] == model]
         if rows["model"].nunique() != 1:
             raise ValueError(f"records hold models {sorted(set(rows['model']))}: pass model= one of them")
-        if not any(math.isclose(eps, e, abs_tol=metrics.EPS_TOL) for e in metrics.threat_eps(rows, threat)):
-            raise ValueError(
-                f"{threat} eps={eps} was not evaluated; choose one of {metrics.threat_eps(rows, threat)}"
-            )
+        eps = metrics.check_on_grid(rows, threat, eps)  # never an accuracy for a budget not attacked
         if grad_mode != metrics.WORST_MODE:
             if grad_mode not in set(rows["grad_mode"]):
                 raise ValueError(f"no records under gradient mode {grad_mode!r}")

@@ -27,6 +27,7 @@ from robustbench_wave.analysis import claims as cl
 from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.data import DatasetInfo
+from robustbench_wave.evaluation.metrics import declared_reference
 from robustbench_wave.io import atomic_write_text
 from robustbench_wave.models.frontend import grad_switches
 from robustbench_wave.models.tokenpool import TokenPooling
@@ -339,12 +340,20 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
             num_classes=k,
             diagnostics_failures=fails,
             self_transfer=self_transfer(group),
+            reference=declared_reference(group[0].meta),
         )
         for f in found:
             if f.judgement is not None:
                 f.notes.insert(0, render_verdict(f.judgement).text)
         for threat in ("Linf", "L2"):
-            step = cl.attribution(records, seeds, scope=scope, num_classes=k, threat=threat)
+            step = cl.attribution(
+                records,
+                seeds,
+                scope=scope,
+                num_classes=k,
+                threat=threat,
+                reference=declared_reference(group[0].meta),
+            )
             found += [step] if step else []
         return found
 
@@ -365,6 +374,7 @@ def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
             pooled=pooled_models(group),
             assignment_only=assignment_only_models(group),
             num_classes=class_count(group),
+            reference=declared_reference(group[0].meta),
         )
 
     return _per_group(inputs, find)
@@ -487,7 +497,7 @@ CLAIMS: dict[int, Claim] = {
             source="Marin et al., WACV 2023; masking as in Athalye et al. 2018",
             command="make tokenpool",
             then=" (pooled models under exact, blocked, BPDA and assignment-only BPDA gradients: "
-            "--grad-modes exact,blocked,bpda,bpda-assignment), then pass --runs <its run>",
+            "--grad-modes MODEL=exact,blocked,bpda,bpda-assignment per pooled model), then pass --runs <its run>",
             rule="Per pooled model with clean accuracy at or above the verdict's floor (chance plus a third of the way "
             "to 100%): robust under every attack with exact gradients vs with BPDA (straight-through) gradients "
             "through the cluster assignment alone (mode bpda-assignment: every other fixed front-end, e.g. a wavelet "

@@ -7,14 +7,17 @@ paper's fields (``name``, ``authors``, ``link``, ``venue``, ``architecture``, ``
 at its standard budget per threat. :func:`model_info` fills them from records alone:
 
 * eps: RobustBench's standard budget of the data set and threat (:data:`STANDARD_EPS`) when the run attacked
-  it, else the run's reference budget (:func:`metrics.reference_eps`, the middle of the grid); the data set
+  it, else the run's reference budget (:func:`metrics.reference_eps`: the suite's declared one, else the
+  middle of the grid); the data set
   is known by its identity (:func:`benchmark`: its ``DatasetInfo``'s classes, channels and size), not by how
   it was loaded, so CIFAR-10 read from an image-folder zip gets CIFAR-10's 8/255;
 * clean_acc and the robust accuracy: :func:`metrics.clean_correct` / :func:`metrics.robust_flags` over every
   record of the model in every run given (all gradient modes, every attack and cross-check: every audited
   break counts). ``reported`` and ``external`` hold that worst case; ``autoattack_acc`` too, but only when
-  the records hold every attack of AutoAttack's standard version (APGD-CE, APGD-T, FAB-T, Square) at that
-  threat and budget, since the number is then at most AutoAttack's;
+  the runs are the ``autoattack`` suite at full strength (its entries as shipped: every member with its
+  standard hyper-parameters, :func:`full_autoattack`) and the records hold every member (APGD-CE, APGD-T,
+  FAB-T, Square) at that threat and budget, since the number is then at most AutoAttack's; otherwise the
+  key is ``worst_case_acc`` and the footnote and ``robustbench_wave.suite`` name the suite that made it;
 * ``unreliable``: the run's gradient-masking checklist (``diagnostics.json``) flagged the model;
 * ``robustbench_wave``: what RobustBench's files lack: the numbers as fractions with n, the attacks with their
   back-ends and library versions (``meta.json`` provenance), and every run's folder, git revision, config
@@ -39,13 +42,14 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import percent
-from robustbench_wave.attacks import Trait, families_with, is_average_case
+from robustbench_wave.attacks import Trait, families_with, is_average_case, load_suite
 from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.chunks import config_fingerprint
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     EPS_TOL,
     clean_correct,
+    declared_reference,
     reference_eps,
     robust_flags,
     shared_status,
@@ -73,6 +77,8 @@ BENCHMARKS = ("cifar10",)
 #: The library each back-end's attacks come from (its version is read from meta.json's provenance).
 BACKEND_LIBRARY = {"builtin": "robustbench_wave", "torchattacks": "torchattacks", "foolbox": "foolbox"}
 TRANSFER_KIND = "transfer"
+#: The suite whose full-strength runs alone give ``autoattack_acc`` (:func:`full_autoattack`).
+AUTOATTACK_SUITE = "autoattack"
 
 
 def _pct(value: float) -> str:
@@ -80,13 +86,35 @@ def _pct(value: float) -> str:
     return percent(value, digits=2, unit="", missing="")
 
 
-def export_eps(dataset: str, threat: str, grid: Sequence[float]) -> tuple[float | None, str]:
-    """(budget, why): RobustBench's standard budget when on the grid, else the reference budget."""
+def export_eps(
+    dataset: str, threat: str, grid: Sequence[float], declared: Mapping[str, float] | None = None
+) -> tuple[float | None, str]:
+    """(budget, why): RobustBench's standard budget when on the grid, else the reference budget (the suite's
+    declared one, ``declared``: :func:`metrics.declared_reference`, else the middle of the grid)."""
     standard = STANDARD_EPS.get((dataset, threat))
     if standard is not None and any(abs(e - standard) <= EPS_TOL for e in grid):
         return next(e for e in grid if abs(e - standard) <= EPS_TOL), "RobustBench's standard budget"
     grid_frame = pd.DataFrame({"threat": threat, "eps": list(grid)})
-    return reference_eps(grid_frame, threat), "the reference budget (middle of the attacked grid)"
+    eps = reference_eps(grid_frame, threat, declared=declared)
+    if declared and threat in declared and eps is not None and abs(eps - declared[threat]) <= EPS_TOL:
+        return eps, "the suite's reference budget"
+    return eps, "the reference budget (middle of the attacked grid)"
+
+
+def full_autoattack(held: Sequence[RunFolder]) -> bool:
+    """Whether every run is AutoAttack's suite at full strength: the shipped ``autoattack`` suite's entries
+    exactly (every member, its standard hyper-parameters, none left out with ``--attacks``); its budgets may
+    be the user's (``--eps``). Only then is a number AutoAttack's (``autoattack_acc``)."""
+    shipped = [a.to_dict() for a in load_suite(AUTOATTACK_SUITE).attacks]
+    return bool(held) and all(
+        (r.meta.get("suite") or {}).get("name") == AUTOATTACK_SUITE
+        and (r.meta.get("suite") or {}).get("attack") == shipped
+        for r in held
+    )
+
+
+def _suite_names(held: Sequence[RunFolder]) -> str:
+    return ", ".join(dict.fromkeys(str((r.meta.get("suite") or {}).get("name")) for r in held))
 
 
 def benchmark(name: str, info: Mapping[str, Any] | None) -> str:
@@ -190,7 +218,7 @@ def model_info(runs: Sequence[RunFolder], model: str, threat: str) -> dict[str, 
     """RobustBench's ``model_info`` fields for ``model`` at ``threat`` (None when it was not attacked there)."""
     dataset = _dataset(runs)
     rows, held = _model_rows(runs, model)
-    eps, why = export_eps(dataset, threat, threat_eps(rows, threat))
+    eps, why = export_eps(dataset, threat, threat_eps(rows, threat), declared_reference(held[0].meta))
     if eps is None:
         return None
     at = rows[(rows["threat"] == threat) & (rows["eps"] <= eps + EPS_TOL)]
@@ -198,7 +226,9 @@ def model_info(runs: Sequence[RunFolder], model: str, threat: str) -> dict[str, 
     robust = robust_flags(rows, threat, eps)
     clean_acc, robust_acc = float(clean.mean()), float(robust.mean())
     at_eps = at[(at["eps"] - eps).abs() <= EPS_TOL]
-    has_aa = set(families_with(Trait.AUTOATTACK)).issubset(at_eps["family"].astype(str))  # autoattack_acc
+    members = set(families_with(Trait.AUTOATTACK)).issubset(at_eps["family"].astype(str))
+    has_aa = members and full_autoattack(held)  # autoattack_acc: AutoAttack's suite at full strength only
+    suites = _suite_names(held)
     unreliable, checklist = _unreliable(held, model)
     modes = sorted(set(rows["grad_mode"].astype(str)))
     names = ", ".join(dict.fromkeys(at["attack"].astype(str)))
@@ -215,10 +245,11 @@ def model_info(runs: Sequence[RunFolder], model: str, threat: str) -> dict[str, 
         "eps": format_eps(eps),
         "clean_acc": _pct(clean_acc),
         "reported": _pct(robust_acc),
-        **({"autoattack_acc": _pct(robust_acc)} if has_aa else {}),
+        **({"autoattack_acc": _pct(robust_acc)} if has_aa else {"worst_case_acc": _pct(robust_acc)}),
         "external": _pct(robust_acc),
-        "footnote": f"Per-example worst case over {names} (eps = {format_eps(eps)}, {why}; gradient modes "
-        f"{', '.join(modes)}); n = {len(clean)}; {checklist}.",
+        "footnote": f"Per-example worst case over {names} (suite {suites}"
+        f"{'' if has_aa else ', not AutoAttack at full strength'}; eps = {format_eps(eps)}, {why}; gradient "
+        f"modes {', '.join(modes)}); n = {len(clean)}; {checklist}.",
         "unreliable": unreliable,
     }
     info["robustbench_wave"] = {
@@ -229,6 +260,7 @@ def model_info(runs: Sequence[RunFolder], model: str, threat: str) -> dict[str, 
         "n_robust": int(robust.sum()),
         "grad_modes": modes,
         "autoattack_complete": has_aa,
+        "suite": suites,
         "attacks": _attacks(at[at["threat"] != CLEAN_THREAT], held),
         "runs": [_run_link(r) for r in held],
     }
@@ -283,7 +315,9 @@ def transfer_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
             surrogate, white_box = _surrogate(run, target)
             mine = run.records[run.records["model"] == target]
             for threat in dict.fromkeys(transfer.loc[transfer["model"] == target, "threat"].astype(str)):
-                eps, _ = export_eps(dataset, threat, threat_eps(transfer, threat))
+                eps, _ = export_eps(
+                    dataset, threat, threat_eps(transfer, threat), declared_reference(run.meta)
+                )
                 cell = _transfer_cell(mine, threat, eps)
                 row = {"threat": threat, "eps": eps, "surrogate": surrogate, "target": target, **cell}
                 _add_cell(

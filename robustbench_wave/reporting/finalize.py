@@ -22,8 +22,15 @@ from torch import nn
 
 from robustbench_wave.analysis.diagnostics import DiagnosticsReport, run_diagnostics
 from robustbench_wave.analysis.energy import energy_removed
-from robustbench_wave.attacks import Threat, Trait, as_float_images, families_with, find_wavelet_front_end
-from robustbench_wave.evaluation.metrics import reference_eps
+from robustbench_wave.attacks import (
+    Threat,
+    Trait,
+    as_float_images,
+    families_with,
+    find_wavelet_front_end,
+    modes_for,
+)
+from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.markdown import write_report
@@ -60,7 +67,8 @@ def finalize_run(
     ``run_dir`` holds ``records.csv.gz`` and ``meta.json`` (``EvaluationResult.save``); ``models`` maps the
     records' model names to the evaluated modules; ``images``/``labels`` are the evaluated tensors
     (``example_ids`` index them, default ``0..N-1`` as in ``evaluate``); ``info`` is the DatasetInfo.
-    ``diagnostics_eps`` defaults to the run's reference Linf budget (:func:`metrics.reference_eps`), used by
+    ``diagnostics_eps`` defaults to the run's reference Linf budget (:func:`metrics.reference_eps`: the suite's
+    declared one in meta.json, else the middle of the grid), used by
     the checklist and the energy measurement alike. The energy measurement runs on the first ``energy_n``
     examples of every model with a wavelet front-end, in batches of ``batch_size``, with PGD of
     ``energy_steps`` steps (default: those of the run's Linf low-frequency entry, else ``diagnostics_steps``).
@@ -70,7 +78,8 @@ def finalize_run(
     records, meta = read_run(run_dir)
     _check_models(models, records, run_dir)
     x, y, ids = align_images(records, images, labels, example_ids)
-    eps = diagnostics_eps if diagnostics_eps is not None else reference_eps(records, LINF, FALLBACK_EPS)
+    reference = reference_eps(records, LINF, FALLBACK_EPS, declared_reference(meta))
+    eps = diagnostics_eps if diagnostics_eps is not None else reference
     if energy:
         steps = (
             energy_steps or _suite_steps(meta, families_with(Trait.LOW_FREQUENCY), LINF) or diagnostics_steps
@@ -95,12 +104,23 @@ def _diagnose(
 ) -> list[Any]:
     """The gradient-masking checklist of every model on its own records (``checklist``: run_diagnostics'
     n, eps, steps, square_queries and seed)."""
-    return [
-        run_diagnostics(
-            model, x, y, records[records["model"] == name], info=info, model_name=name, meta=meta, **checklist
+    out = []
+    for name, model in models.items():
+        rows = records[records["model"] == name]
+        modes = recorded_modes(model, rows)
+        out.append(
+            run_diagnostics(
+                model, x, y, rows, info=info, model_name=name, meta=meta, grad_modes=modes, **checklist
+            )
         )
-        for name, model in models.items()
-    ]
+    return out
+
+
+def recorded_modes(model: nn.Module, rows: pd.DataFrame) -> list[str]:
+    """The gradient modes the checklist judges: those of the model's default ones (:func:`modes_for`) that its
+    records hold, so no page (``trusted_modes``, report.md) speaks of a mode no attack ran under."""
+    held = set(rows["grad_mode"])
+    return [m for m in modes_for(model) if m in held]
 
 
 def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_dir: Path) -> None:

@@ -27,7 +27,7 @@ from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
 from robustbench_wave.analysis.verdict import claim_numbers
 from robustbench_wave.attacks import Trait, families_with
-from robustbench_wave.evaluation.metrics import default_baseline, summarize, threat_eps
+from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures
@@ -125,6 +125,7 @@ def run_verdict(runs: Sequence[RunFolder], *, num_classes: int, baseline: str | 
     return verdict(
         [r.records for r in runs],
         num_classes=num_classes,
+        eps=declared_reference(runs[0].meta) or None,  # the suite's reference; None: the middle of the grid
         baseline=baseline,
         energy=describe_energy(energy_summary(energy)) if not energy.empty else {},
         diagnostics_failures=diagnostics_failures(runs),
@@ -310,7 +311,9 @@ def diagnostics_markdown(runs: Sequence[RunFolder]) -> str:
             blocks.append(f"**{run.path.name}**")
         status = []
         for d in run.diagnostics:
-            trusted = ", ".join(d.get("trusted_modes", [])) or "none"
+            held = set(run.records.loc[run.records["model"] == d["model"], "grad_mode"])
+            # only modes with records: a folder's diagnostics.json may judge a mode no attack ran under
+            trusted = ", ".join(m for m in d.get("trusted_modes", []) if m in held) or "none"
             status.append(
                 f"- `{d['model']}`: **{d['status']}** (gradient modes whose checks all pass: {trusted})"
             )
@@ -439,7 +442,8 @@ def _run_summary(run: RunFolder) -> str:
         f"**Run** `{run.path}`",
         "",
         f"- data: `{ds.get('name', '?')}`, {meta.get('n_examples', '?')} test examples "
-        f"(sha256 `{str(meta.get('data_sha256', ''))[:12]}`), eps grid {ds.get('eps', {})}",
+        f"(sha256 `{str(meta.get('data_sha256', ''))[:12]}`), eps grid {ds.get('eps', {})}"
+        + (f", reference budget {ds['reference']} (declared)" if ds.get("reference") else ""),
         f"- suite: `{suite.get('name', '?')}` — {suite.get('description', '')}",
         f"- settings: attack seed {meta.get('seeds', {}).get('attack_seed', '?')}, "
         f"skip_broken={settings.get('skip_broken')}, backend={settings.get('backend')}, "

@@ -572,7 +572,10 @@ def test_claim5_without_the_assignment_mode_says_which_run_to_make():
         )
         if "Linf" in x.scope
     ]
-    assert f.verdict == cl.INCONCLUSIVE and "--grad-modes exact,blocked,bpda,bpda-assignment" in f.reason
+    assert (
+        f.verdict == cl.INCONCLUSIVE
+        and "--grad-modes wavelet-tokenpool=exact,blocked,bpda,bpda-assignment" in f.reason
+    )
     assert "every fixed front-end" in f.measured
     # one seed without the scoped rows: the seeds cannot be pooled on it, so the fallback decides
     mixed = [_two_front_ends(60, 20, 20), _two_front_ends(60, 20, None)]

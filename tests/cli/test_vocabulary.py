@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from robustbench_wave import attack, gallery, report, train
+from robustbench_wave.attacks import load_suite
 
 #: (command parser, old argv, new argv): each pair must parse to the same settings.
 ALIASES = [
@@ -55,7 +56,8 @@ def test_a_list_is_the_repeated_flag_or_commas() -> None:
 def test_grad_modes_as_a_list_keep_the_run_configuration() -> None:
     """The same settings (config.json, hence chunks and records) as the old comma string."""
     default = attack._settings(_parse(attack, ["--model", "patch"]))
-    assert default.grad_modes == "exact,blocked,bpda"
+    assert default.grad_modes == ""  # no request: each model's offered modes, config.json's text as before
+    assert default.to_config(load_suite("smoke"), {})["grad_modes"] == "exact,blocked,bpda"
     two = attack._settings(
         _parse(attack, ["--model", "patch", "--grad-modes", "exact", "--grad-modes", "bpda"])
     )

@@ -28,7 +28,7 @@ def _protocol_args() -> list[str]:
     flags = [f for f in PROTOCOLS["naive"] if f.startswith("--")]
     if all(f in known for f in flags):
         return []
-    return ["--naive-args", "--grad-modes exact,blocked"]
+    return ["--naive-args", "--grad-modes exact"]
 
 
 @pytest.mark.slow

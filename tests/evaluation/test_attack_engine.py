@@ -191,15 +191,15 @@ def test_fixed_front_end_models_are_attacked_under_every_gradient_mode(
 
 def test_models_without_front_end_run_exact_only(cnn_runs: dict[str, EvaluationResult]) -> None:
     assert set(cnn_runs["skip"].records["grad_mode"]) == {"exact"}
-    r = evaluate(
-        small_cnn(),
-        toy_data(4),
-        torch.zeros(4, dtype=torch.long),
-        DETERMINISTIC.select(["fgsm"]),
-        EvalSettings(grad_modes=("exact", "blocked")),
-        progress=False,
-    )
-    assert set(r.records["grad_mode"]) == {"exact"}
+    with pytest.raises(ValueError, match="does not offer"):  # a mode it lacks is refused, never dropped
+        evaluate(
+            small_cnn(),
+            toy_data(4),
+            torch.zeros(4, dtype=torch.long),
+            DETERMINISTIC.select(["fgsm"]),
+            EvalSettings(grad_modes=("exact", "blocked")),
+            progress=False,
+        )
 
 
 def test_meta_records_provenance_hyperparameters_and_timing(cnn_runs: dict[str, EvaluationResult]) -> None:

@@ -91,7 +91,8 @@ def test_the_gradient_modes_offered_follow_what_the_model_has() -> None:
     auto = ab.auto_bpda(defended(Quantize()), X)
     assert supported_grad_modes(auto) == modes_for(auto) == ["exact", "bpda"]
     assert resolve_grad_modes(auto, None) == ["exact", "bpda"]
-    assert resolve_grad_modes(auto, ["exact", "blocked", "bpda"]) == ["exact", "bpda"]
+    with pytest.raises(ValueError, match=r"\['blocked'\]; it offers \['exact', 'bpda'\]"):  # never a fallback
+        resolve_grad_modes(auto, ["exact", "blocked", "bpda"])
     assert resolve_grad_modes(plain_cnn(), None) == ["exact"]
     with pytest.raises(ValueError, match="offers grad modes"), grad_mode(auto, "blocked"):
         pass

@@ -106,4 +106,5 @@ def test_wavelet_tokenpool_keeps_its_mask_exact_and_defaults_unchanged() -> None
     assert resolve_grad_modes(model, ["exact", "bpda-assignment"]) == ["exact", "bpda-assignment"]
     assert offered_modes(model) == ["exact", "blocked", "bpda", "bpda-assignment"]
     wavelet = build_model("wavelet", INFO).eval()
-    assert resolve_grad_modes(wavelet, ["exact", "bpda", "bpda-assignment"]) == ["exact", "bpda"]
+    with pytest.raises(ValueError, match="bpda-assignment"):  # no Token Pooling: refused, not dropped
+        resolve_grad_modes(wavelet, ["exact", "bpda", "bpda-assignment"])
