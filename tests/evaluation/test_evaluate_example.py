@@ -34,7 +34,7 @@ def test_the_documented_evaluate_example_runs(capsys) -> None:
     assert sorted(broken.example_id.tolist()) == sorted(flags.index[clean & ~flags].tolist())
     assert len(broken.example_id) > 0
     delta = (broken.x - images[broken.example_id]).flatten(1).abs().amax(1)
-    assert float(delta.max()) <= 0.1 + 1e-6 and 0 <= float(broken.x.min()) and float(broken.x.max()) <= 1
+    assert float(delta.max()) <= 0.1 + 1e-6 and float(broken.x.min()) >= 0 and float(broken.x.max()) <= 1
     with torch.no_grad():
         assert not (scope["model"](broken.x).argmax(1) == labels[broken.example_id]).any()
     assert "of them still classified correctly: 0" in capsys.readouterr().out
