@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install, train patch + wavelet ViTs on Fashion-MNIST, attack them, write the report
-#   (make quick - the same in about three minutes on 2 cores: briefly trained models, 256 images, a quick look)
+#   (make quick - the same in about 80 s on 2 idle cores: briefly trained models, 256 images, a quick look)
 #   make test   - create .venv, install, run ruff and pytest (every test: what CI runs)
 # and, while working on the code:
 #   make test-fast - the same set-up, then the tests not marked slow (no processes, no end-to-end runs; ~1 min)
@@ -41,10 +41,10 @@ demo: $(STAMP)
 	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) --parallel runs
 	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT)
 
-## A first table and report in about three minutes on 2 cores (docs/command-line.md): patch and wavelet
+## A first table and report in about 80 s on 2 idle cores (docs/command-line.md): patch and wavelet
 ## trained briefly (QUICK_EPOCHS on QUICK_TRAIN images, into $(QUICK_OUT), apart from the demo's models) and
 ## attacked with attacks/quick-look.toml -- the headline's attacks with few steps -- on QUICK_N test images. A QUICK
-## LOOK, labelled so in its table and report (suite quick-look), not the headline numbers.
+## LOOK, labelled so in its table and report (suite quick-look), not numbers to report.
 QUICK_OUT    ?= $(OUT)/quick
 QUICK_EPOCHS ?= 2
 QUICK_TRAIN  ?= 8000

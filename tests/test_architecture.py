@@ -15,6 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "robustbench_wave"
 LAYER = {
     "io": 0,
+    "naming": 0,
     "distributed": 0,
     "runfolder": 0,
     "tracking": 0,

@@ -63,6 +63,7 @@ from robustbench_wave.attacks.registry import (
     is_average_case,
     list_families,
 )
+from robustbench_wave.naming import did_you_mean
 from robustbench_wave.runfolder import check_safe_name
 
 SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
@@ -545,8 +546,8 @@ def load_suite(name_or_path: str | os.PathLike | Suite, suite_dir: Path = SUITE_
         path = Path(suite_dir) / f"{name_or_path}.toml"
     if not path.exists():
         raise ValueError(
-            f"no attack suite {str(name_or_path)!r}: give a TOML path or one of {list_suites(suite_dir)} "
-            f"(files in {suite_dir})"
+            f"no attack suite {str(name_or_path)!r}{did_you_mean(str(name_or_path), list_suites(suite_dir))} "
+            f"(give a TOML path or one of {list_suites(suite_dir)}: the files in {suite_dir})"
         )
     try:
         with open(path, "rb") as fh:

@@ -31,6 +31,7 @@ from robustbench_wave.data.imagefolder import imagefolder_order
 from robustbench_wave.data.registry import (
     dataset_info,
     describe_datasets,
+    describe_images,
     list_datasets,
     load_split,
     load_test_images,
@@ -50,6 +51,7 @@ __all__ = [
     "data_dir",
     "dataset_info",
     "describe_datasets",
+    "describe_images",
     "imagefolder_order",
     "iterate_batches",
     "list_datasets",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from robustbench_wave.data.base import DataError, DatasetInfo, LoadResult, Split, as_tensors
-from robustbench_wave.data.download import DATA_DIR_ENV, download, missing_reason, verify_md5_file
+from robustbench_wave.data.download import download, missing_reason, verify_md5_file, where_to_put
 from robustbench_wave.data.registry import register_dataset
 
 NAME = "cifar10"
@@ -52,8 +52,8 @@ def _locate(cache: Path, allow_download: bool) -> Path:
     raise DataError(
         f"CIFAR-10 archive not found (searched {', '.join(map(str, candidates))}) and "
         f"{missing_reason(errors)}. "
-        f"Put {ARCHIVE} (from {URLS[0]}) in ${DATA_DIR_ENV}/{NAME}/ (or root=), allow "
-        "download=True with network access, or use imagefolder:PATH for a local copy."
+        f"{where_to_put(f'{ARCHIVE} (from {URLS[0]})', cache / NAME)}; or use the data set "
+        "imagefolder:PATH for a local copy of the images."
     )
 
 

@@ -117,3 +117,13 @@ def download(
 def missing_reason(errors: list[str]) -> str:
     """Why a file is missing after the download step, for the error message."""
     return "download failed: " + "; ".join(errors) if errors else "downloading is disabled (download=False)"
+
+
+def where_to_put(what: str, folder: Path) -> str:
+    """The remedy sentence of a missing-data error, in the words of every door: the command lines read the
+    folder from $RBW_DATA_DIR (train also from --data-dir), Python from ``root=``."""
+    return (
+        f"Put {what} in {folder}/ (choose the folder with ${DATA_DIR_ENV}, train's --data-dir or Python's "
+        "root=), or run with network access: the files are then downloaded and checked against their "
+        "published checksums"
+    )

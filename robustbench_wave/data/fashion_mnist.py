@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from robustbench_wave.data.base import DataError, DatasetInfo, LoadResult, Split, as_tensors
-from robustbench_wave.data.download import DATA_DIR_ENV, download, missing_reason
+from robustbench_wave.data.download import download, missing_reason, where_to_put
 from robustbench_wave.data.idx import read_idx
 from robustbench_wave.data.registry import register_dataset
 
@@ -105,12 +105,17 @@ def _locate(spec: IdxFile, cache: Path, allow_download: bool) -> Path:
     searched = ", ".join(str(d) for d in dirs)
     raise DataError(
         f"Fashion-MNIST file {spec.filename} not found (searched {searched}) and {missing_reason(errors)}. "
-        f"Get the data with `sudo apt-get install dataset-fashion-mnist`, or put the four idx .gz files in "
-        f"${DATA_DIR_ENV}/{NAME}/ (or root=), or allow download=True with network access."
+        f"{where_to_put('the four idx .gz files', cache / NAME)}; on Debian, "
+        "`sudo apt-get install dataset-fashion-mnist` installs them where they are found."
     )
 
 
-@register_dataset(NAME, info=INFO, aliases=("fashionmnist", "fmnist"))
+@register_dataset(
+    NAME,
+    info=INFO,
+    aliases=("fashionmnist", "fmnist"),
+    image_note="the 28x28 originals zero-padded to 32x32, so that wavelet levels divide evenly",
+)
 def load_fashion_mnist(_: str, split: Split, cache: Path, allow_download: bool) -> LoadResult:
     """One split, padded to (N, 1, 32, 32)."""
     img_spec, lab_spec = FILES[(split, "images")], FILES[(split, "labels")]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from robustbench_wave.data.base import SPLITS, DatasetInfo, LabelledImages, LoadResult, Split, to_float
 from robustbench_wave.data.download import data_dir
+from robustbench_wave.naming import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class DatasetSource:
     aliases: tuple[str, ...] = ()
     argument: str | None = None  # e.g. "PATH": specs are "name:PATH"
     description: str = ""
+    image_note: str = ""  # how the served images differ from the source's, e.g. padding
 
     @property
     def usage(self) -> str:
@@ -58,6 +60,7 @@ def register_dataset(
     aliases: tuple[str, ...] = (),
     argument: str | None = None,
     description: str = "",
+    image_note: str = "",
 ) -> Callable[[Loader], Loader]:
     """Decorator: register ``loader`` under ``name`` (and ``aliases``); ``info`` is fixed or computed."""
 
@@ -67,7 +70,9 @@ def register_dataset(
         if taken:
             raise ValueError(f"data set name(s) {taken} are already registered; choose another name")
         getter = info if callable(info) else (lambda _arg, _cache, fixed=info: fixed)
-        _SOURCES[name] = DatasetSource(name, loader, getter, tuple(aliases), argument, description)
+        _SOURCES[name] = DatasetSource(
+            name, loader, getter, tuple(aliases), argument, description, image_note
+        )
         _ALIASES.update(dict.fromkeys(keys, name))
         return loader
 
@@ -77,6 +82,14 @@ def register_dataset(
 def list_datasets() -> list[str]:
     """Every registered spec as written on the command line, in registration order."""
     return [source.usage for source in _SOURCES.values()]
+
+
+def describe_images(info: DatasetInfo) -> str:
+    """The one statement of the images a data set serves, for errors and docs: "fashion-mnist serves
+    1x32x32 images (its 28x28 images zero-padded ...)"."""
+    source = _SOURCES.get(_ALIASES.get(_key(info.name.partition(":")[0]), ""))
+    note = f" ({source.image_note})" if source is not None and source.image_note else ""
+    return f"{info.name} serves {info.in_chans}x{info.img_size}x{info.img_size} images{note}"
 
 
 def describe_datasets() -> str:
@@ -105,7 +118,10 @@ def resolve(spec: str) -> tuple[DatasetSource, str]:
         hints = "".join(
             f" ({s.usage} is {s.description})" for s in _SOURCES.values() if s.argument and s.description
         )
-        raise ValueError(f"unknown data set spec {spec!r}; valid specs: {', '.join(list_datasets())}{hints}")
+        raise ValueError(
+            f"unknown data set spec {spec!r}{did_you_mean(text, list_datasets())} "
+            f"(valid specs: {', '.join(list_datasets())}{hints})"
+        )
     return _SOURCES[name], ""
 
 

@@ -58,7 +58,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from torch import nn
 
-from robustbench_wave.data import DatasetInfo
+from robustbench_wave.data import DatasetInfo, describe_images
 from robustbench_wave.models.autobpda import auto_bpda
 from robustbench_wave.models.vit import Normalize
 
@@ -218,7 +218,7 @@ def build_external(
     weights_sha = _load_weights(spec, net)
     norm = _normalization(spec, net, info)
     model = _wrap(net, norm).eval()
-    _probe(spec, model, probe, info.num_classes)
+    _probe(model, probe, info)
     model = _with_auto_bpda(spec, model, probe)
     description = describe(spec, kwargs, norm, source)
     meta = {
@@ -481,15 +481,17 @@ def _with_auto_bpda(spec: ExternalSpec, model: nn.Module, images: torch.Tensor) 
         raise ValueError(f"its bpda mode fails on the data set's first images: {_one_line(err)}") from None
 
 
-def _probe(spec: ExternalSpec, model: nn.Module, images: torch.Tensor, num_classes: int) -> None:
+def _probe(model: nn.Module, images: torch.Tensor, info: DatasetInfo) -> None:
     """The model takes the data set's images and returns finite logits (N, num_classes)."""
-    x = images[:PROBE_SIZE]
+    x, num_classes = images[:PROBE_SIZE], info.num_classes
     try:
         with torch.no_grad():
             out = model(x)
     except Exception as err:  # user code: any failure becomes one line
         raise ValueError(
-            f"it cannot take the data set's images {tuple(x.shape[1:])}: {_one_line(err)} (check --img-size)"
+            f"it cannot take the data set's images: {_one_line(err)}. {describe_images(info)}; build the model "
+            f"for that size (a factory that takes img_size gets {info.img_size}, or --img-size "
+            f"{info.img_size}), or choose the --dataset whose images it takes"
         ) from None
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ValueError(

@@ -28,6 +28,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from robustbench_wave.models.tokenizers import list_tokenizers
+from robustbench_wave.naming import did_you_mean
 from robustbench_wave.runfolder import check_safe_name
 
 ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
@@ -67,7 +68,8 @@ def load_spec(name_or_path: str | os.PathLike, zoo_dir: Path = ZOO_DIR) -> dict[
     path = spec_path(name_or_path, zoo_dir)
     if not path.exists():
         known = ", ".join(list_zoo(zoo_dir)) or "(none found)"
-        raise ValueError(f"unknown model {str(name_or_path)!r}; zoo models in {zoo_dir}: {known}")
+        hint = did_you_mean(str(name_or_path), list_zoo(zoo_dir))
+        raise ValueError(f"unknown model {str(name_or_path)!r}{hint} (zoo models in {zoo_dir}: {known})")
     spec = _with_base(_read_toml(path), path, zoo_dir)
     spec.setdefault("name", path.stem)
     spec.setdefault("tokenizer_args", {})

@@ -42,6 +42,13 @@ MODE_STYLE = {
     GradMode.BPDA.value: "--",
     WORST_MODE: "-.",
 }
+#: A marker per gradient mode as well as a line style: two modes whose curves coincide stay distinguishable.
+MODE_MARKER = {
+    GradMode.EXACT.value: "o",
+    GradMode.BLOCKED.value: "s",
+    GradMode.BPDA.value: "^",
+    WORST_MODE: "D",
+}
 CAPTIONS = {
     "accuracy": "Worst-case robust accuracy against ε",
     "loss": "PGD loss per step (diagnostics subset)",
@@ -83,30 +90,47 @@ def plot_accuracy_vs_eps(
     """One PNG per threat model: worst-case robust accuracy against eps, one line per model and grad mode."""
     out_dir = Path(out_dir)
     paths = []
-    models = list(dict.fromkeys(curves["model"]))
-    colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
     for threat, grp in curves.groupby("threat", sort=False):
-        fig = Figure(figsize=(6.4, 4.2))
-        ax = fig.add_subplot()
-        for (model, mode), line in grp.groupby(["model", "grad_mode"], sort=False):
-            line = line.sort_values("eps")
-            style = MODE_STYLE.get(str(mode), "-")
-            width = 2.4 if mode == WORST_MODE else 1.6
-            ax.plot(
-                line["eps"], line["robust_accuracy"], style, color=colors[model], lw=width, marker="o", ms=3,
-                label=f"{model} / {mode}",
-            )  # fmt: skip
-            ax.fill_between(line["eps"], line["ci_low"], line["ci_high"], color=colors[model], alpha=0.12)
-        if chance is not None:
-            ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
-        ax.set_xlabel(f"{threat} budget ε (pixel units)")
-        ax.set_ylabel("robust accuracy (worst case over attacks)")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"Accuracy vs ε — {threat} (bands: {band_label})", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        fig = accuracy_figure(grp, str(threat), line_colors(curves), chance=chance, band_label=band_label)
         paths.append(_save(fig, out_dir / f"accuracy_vs_eps_{_slug(str(threat))}.png"))
     return paths
+
+
+def line_colors(curves: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """One colour per (model, grad mode), the same in every threat's figure."""
+    lines = dict.fromkeys(zip(curves["model"], curves["grad_mode"], strict=True))
+    return {key: f"C{i % 10}" for i, key in enumerate(lines)}
+
+
+def accuracy_figure(
+    curves: pd.DataFrame,
+    threat: str,
+    colors: Mapping[tuple[str, str], str],
+    *,
+    chance: float | None = None,
+    band_label: str = "95% Wilson CI",
+) -> Figure:
+    """One threat's accuracy-vs-eps figure: each (model, mode) its colour, line style and marker; the worst
+    case drawn wide and pale underneath, so a mode whose curve equals it stays visible on top."""
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    for (model, mode), line in curves.groupby(["model", "grad_mode"], sort=False):
+        line, color, worst = line.sort_values("eps"), colors[(model, mode)], mode == WORST_MODE
+        ax.plot(
+            line["eps"], line["robust_accuracy"], MODE_STYLE.get(str(mode), "-"), color=color,
+            lw=3.2 if worst else 1.6, alpha=0.55 if worst else 1.0, zorder=1 if worst else 2,
+            marker=MODE_MARKER.get(str(mode), "o"), ms=6 if worst else 4, label=f"{model} / {mode}",
+        )  # fmt: skip
+        ax.fill_between(line["eps"], line["ci_low"], line["ci_high"], color=color, alpha=0.10)
+    if chance is not None:
+        ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
+    ax.set_xlabel(f"{threat} budget ε (pixel units)")
+    ax.set_ylabel("robust accuracy (worst case over attacks)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"Accuracy vs ε — {threat} (bands: {band_label})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return fig
 
 
 def corruption_curves(records: Sequence[pd.DataFrame]) -> pd.DataFrame:

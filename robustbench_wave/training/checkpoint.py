@@ -33,6 +33,8 @@ from robustbench_wave.data import DatasetInfo, dataset_info
 from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, read_jsonl, sha256_file
 from robustbench_wave.models.external import state_mismatch
 from robustbench_wave.models.vit import build_model
+from robustbench_wave.models.zoo import list_zoo
+from robustbench_wave.naming import did_you_mean
 from robustbench_wave.runfolder import check_safe_name
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,11 @@ def load_trained(
     """
     check_safe_name(name, "model name")
     directory = run_dir(results_dir, _dataset_slug(dataset), name, seed)
+    if not (directory / CONFIG).exists() and name not in list_zoo():
+        raise ValueError(
+            f"no trained model {name!r} in {directory}, and {name!r} is no zoo model"
+            f"{did_you_mean(name, list_zoo())} (zoo models: {', '.join(list_zoo())})"
+        )
     config, path = read_config(directory), directory / CONFIG
     if "final" not in config:
         raise ValueError(
