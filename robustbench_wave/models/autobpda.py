@@ -22,11 +22,11 @@ the same forward runs under that mode, which keeps every value and gives each su
 straight-through backward: the identity for rounding, quantisation, casts and ``detach`` (``round(x)``
 back-propagates as ``x``), the signed difference for a comparison (``a > b`` as ``a - b``), the softmax for
 ``one_hot(argmax(z))``, the true quotient for rounding division, the departed tensor for values that come
-back from outside torch. A discrete result that only gates values
-which carry the gradient anyway (``x * (x > t)``, a top-k mask) is left alone: its exact gradient is the
-useful one. A module may bring its own smooth approximation instead: a method ``bpda_approximation(*inputs)``
-returning a tensor shaped like its output is what that output back-propagates through in ``bpda`` mode (its
-values stay the exact forward's, and the automatic rules stay out of it).
+back from outside torch. A discrete result that only gates values which carry the gradient anyway
+(``x * (x > t)``, a top-k mask) is left alone: its exact gradient is the useful one. A module may bring its
+own smooth approximation instead: a method ``bpda_approximation(*inputs)`` returning a tensor shaped like its
+output is what that output back-propagates through in ``bpda`` mode (its values stay the exact forward's,
+and the automatic rules stay out of it).
 """
 
 from __future__ import annotations
@@ -158,9 +158,8 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 def _brings_data_in(name: str, args: tuple, kwargs: dict) -> bool:
     """``torch.tensor(data)``, ``x.new_tensor(data)``: whether ``data`` comes from outside torch."""
-    data = (
-        args[1 if name == "new_tensor" else 0] if len(args) > (name == "new_tensor") else kwargs.get("data")
-    )
+    position = 1 if name == "new_tensor" else 0
+    data = args[position] if len(args) > position else kwargs.get("data")
     return data is not None and not isinstance(data, torch.Tensor)
 
 
@@ -558,7 +557,7 @@ class GradientPath:
         )
 
     def linked(self) -> dict[RoundTrip, int]:
-        """Each distinct linked round trip and how often the probe forward made it (once per image in a loop)."""
+        """Each distinct linked round trip and how often the probe made it (once per image in a loop)."""
         return dict(Counter(self.round_trips))
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,14 +18,17 @@ from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation import EvalSettings, evaluate, metrics
 from robustbench_wave.models import autobpda as ab
 from robustbench_wave.models.frontend import GradMode, grad_mode
-from robustbench_wave.models.roundtrip import RoundTrip, change_of_units
+from robustbench_wave.models.roundtrip import RoundTrip, change_of_units, misfit
 from tests.support import external_models as ext
 from tests.support.autobpda_models import NumpyHalve
 from tests.support.roundtrip_models import (
     ByteNumpy,
+    Inverted,
     ListCopy,
     NumpySevenths,
     PilJpeg,
+    Reversed,
+    TensorConstructor,
     jpeg_pooled_linear,
     undefended_pooled_linear,
 )
@@ -36,6 +39,15 @@ CASES = {
     "pil_jpeg_gray": (PilJpeg(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16), 255.0, 2),
     "pil_jpeg_rgb": (PilJpeg(), 3, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16, 3), 255.0, 2),
     "numpy": (NumpySevenths(), 1, "Tensor.numpy", FROM_NUMPY.format("conv2d"), (2, 1, 16, 16), 1.0, 1),
+    "tensor_constructor": (
+        TensorConstructor(),
+        1,
+        "Tensor.numpy",
+        FROM_NUMPY.format("conv2d"),
+        (2, 1, 16, 16),
+        1.0,
+        1,
+    ),
     "tolist": (ListCopy(), 1, "Tensor.tolist", "tensor", (2, 1, 16, 16), 1.0, 1),
     "uint8": (ByteNumpy(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.float"), (2, 1, 16, 16), 1.0, 1),
 }
@@ -102,6 +114,28 @@ def test_values_that_come_back_in_another_shape_are_unhandled_and_leave_no_gradi
     assert path.summary.startswith("no gradient reaches the input")
 
 
+def test_returns_in_another_order_are_linked_to_the_departures_whose_values_they_follow() -> None:
+    net, (noise, y) = _cnn(1), _images(1)
+    halves = torch.zeros_like(noise)  # four images on disjoint quarters: none resembles another
+    for i, (r, c) in enumerate([(0, 0), (0, 8), (8, 0), (8, 8)]):
+        halves[i, :, r : r + 8, c : c + 8] = 0.5 + 0.5 * noise[i, :, r : r + 8, c : c + 8]
+    model = ab.auto_bpda(nn.Sequential(Reversed(), net).eval(), halves)
+    with grad_mode(model, "bpda"):
+        logits, grad = _input_gradient(model, halves, y)
+    xr = halves.clone().requires_grad_(True)  # the oracle: the net on the flipped batch, by plain autograd
+    (oracle,) = torch.autograd.grad(F.cross_entropy(net(xr.flip(0)), y, reduction="sum"), xr)
+    assert torch.equal(logits, net(halves.flip(0))) and torch.allclose(grad, oracle, rtol=1e-5, atol=1e-7)
+
+
+def test_values_that_do_not_follow_the_departed_ones_are_not_linked() -> None:
+    x, _ = _images(1)
+    path = ab.scan(nn.Sequential(Inverted(), _cnn(1)).eval(), x)  # 1 - x: the identity would flip the sign
+    assert (ab.ENTERS_TORCH, FROM_NUMPY.format("conv2d"), ab.UNHANDLED) in {
+        (f.kind, f.op, f.rule) for f in path.findings
+    }
+    assert path.round_trips == () and not path.reaches_input
+
+
 class LogsAndAddsAConstant(nn.Module):
     """Sends the input to NumPy for a statistic only, then adds a constant made in torch of the same shape:
     the constant is no return, the statistic never comes back, and the exact gradient passes."""
@@ -116,6 +150,12 @@ def test_tensors_made_in_torch_are_never_taken_for_returns() -> None:
     path = ab.scan(nn.Sequential(LogsAndAddsAConstant(), _cnn(1)).eval(), x)
     assert path.round_trips == () and path.exact_gradient and path.modes == (GradMode.EXACT,)
     assert (ab.LEAVES_TORCH, "Tensor.numpy", ab.LOST) in {(f.kind, f.op, f.rule) for f in path.findings}
+
+
+def test_the_misfit_is_the_relative_residual_by_hand() -> None:
+    d = torch.tensor([1.0, 0.0])
+    assert misfit(d, torch.tensor([1.0, 1.0]), 1.0) == pytest.approx(1 / 2**0.5)
+    assert misfit(d, 255 * d, 255.0) == 0.0 and misfit(torch.zeros(2), torch.zeros(2), 1.0) == 0.0
 
 
 def test_the_change_of_units_is_the_least_squares_slope_snapped_to_8_bit_levels() -> None:

@@ -1,8 +1,8 @@
 """Defences whose input leaves torch and comes back, written the common way (:mod:`.roundtrip`): a JPEG
 round trip through PIL per image (torchvision's ``to_pil_image`` -> ``BytesIO`` -> ``to_tensor``), a NumPy
 quantiser, a ``.tolist()`` copy and an 8-bit cast through NumPy; and factories for the attack command
-(``--model tests.support.roundtrip_models:NAME``) that share :func:`~tests.support.external_models.pooled_linear`'s
-weights as ``1.<key>``."""
+(``--model tests.support.roundtrip_models:NAME``) that share the weights of
+:func:`~tests.support.external_models.pooled_linear` as ``1.<key>``."""
 
 from __future__ import annotations
 
@@ -45,8 +45,30 @@ class NumpySevenths(nn.Module):
         return torch.from_numpy(np.round(x.detach().cpu().numpy() * 7) / 7)
 
 
+class TensorConstructor(nn.Module):
+    """The same through ``torch.Tensor(array)``, which a torch function mode never sees."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.Tensor(np.round(x.detach().cpu().numpy() * 7) / 7)
+
+
+class Reversed(nn.Module):
+    """Each image out to NumPy on its own, and back in the reverse order: ``g(x) = x.flip(0)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        arrays = [image.detach().numpy() for image in x]
+        return torch.stack([torch.from_numpy(a) for a in reversed(arrays)])
+
+
+class Inverted(nn.Module):
+    """``1 - x`` in NumPy: the values come back in the same shape but do not follow the departed ones."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(1 - x.detach().numpy())
+
+
 class ListCopy(nn.Module):
-    """The values as a Python list and back (``torch.tensor(x.tolist())``): the identity, without a gradient."""
+    """The values as a Python list and back (``torch.tensor(x.tolist())``): the identity, no gradient."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tensor(x.tolist())
