@@ -80,7 +80,8 @@ class GradSafe(nn.Module):
     With ``grad_mode(model, "blocked")`` the front-end output is detached, so the logits no longer depend on
     the input and ``torch.autograd.grad(loss, x)`` would raise; the claim under test is "the attacker sees no
     gradient", which every attack library can handle as an all-zero gradient. A model whose own forward cuts
-    the input off (a NumPy round trip, :mod:`robustbench_wave.models.autobpda`) gets the same zero gradient.
+    the input off (a NumPy round trip in ``exact`` mode, :mod:`robustbench_wave.models.autobpda`) gets the same
+    zero gradient.
     ``grad_mode`` reaches every switch inside (fixed front-ends, automatic BPDA) through this wrapper.
     """
 

@@ -11,17 +11,22 @@ parameters frozen, they are the ones that require grad) and notes each operation
   quantisation (``fake_quantize_*``, rounding division);
 * discrete results made into numbers again: comparisons (thresholds), masks from ``argmax`` / ``topk`` /
   ``one_hot``, integer casts; and ``detach`` or a no-grad region;
-* the input leaving torch (``numpy``, ``tolist``): no gradient can come back, and the report says so.
+* the input leaving torch (``numpy``, ``tolist``, ``__array__``) and coming back (``torch.from_numpy``,
+  ``torch.tensor``, torchvision's ``to_tensor``): a PIL, NumPy or OpenCV round trip. In ``bpda`` mode
+  :mod:`.roundtrip` links the two ends, the identity across the round trip (Athalye et al.'s BPDA for JPEG
+  and the like); values that never come back, or only in another shape, leave no gradient, and the report
+  says so.
 
 In the ``bpda`` mode (:class:`AutoBPDA`, switched by :func:`~robustbench_wave.models.frontend.grad_mode`)
 the same forward runs under that mode, which keeps every value and gives each such operation a
 straight-through backward: the identity for rounding, quantisation, casts and ``detach`` (``round(x)``
 back-propagates as ``x``), the signed difference for a comparison (``a > b`` as ``a - b``), the softmax for
-``one_hot(argmax(z))``, the true quotient for rounding division. A discrete result that only gates values
-which carry the gradient anyway (``x * (x > t)``, a top-k mask) is left alone: its exact gradient is the
-useful one. A module may bring its own smooth approximation instead: a method ``bpda_approximation(*inputs)``
-returning a tensor shaped like its output is what that output back-propagates through in ``bpda`` mode (its
-values stay the exact forward's, and the automatic rules stay out of it).
+``one_hot(argmax(z))``, the true quotient for rounding division, the departed tensor for values that come
+back from outside torch. A discrete result that only gates values which carry the gradient anyway
+(``x * (x > t)``, a top-k mask) is left alone: its exact gradient is the useful one. A module may bring its
+own smooth approximation instead: a method ``bpda_approximation(*inputs)`` returning a tensor shaped like its
+output is what that output back-propagates through in ``bpda`` mode (its values stay the exact forward's,
+and the automatic rules stay out of it).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._pytree import tree_flatten, tree_map
 
 from robustbench_wave.models.frontend import GradMode, GradModeSwitch, grad_switches
+from robustbench_wave.models.roundtrip import RoundTrip, RoundTrips
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +59,18 @@ DETACH = "detach"
 NO_GRAD = "no-grad region"
 NO_DERIVATIVE = "no derivative"
 LEAVES_TORCH = "leaves torch"
+ENTERS_TORCH = "enters torch"
 APPROXIMATION = "bpda_approximation"
 
 # What the bpda mode does with it (Finding.rule), strongest first.
 STRAIGHT_THROUGH = "straight-through"
 MODEL_RULE = "the model's bpda_approximation"
+ROUND_TRIP = "identity across the round trip (BPDA)"
 LOST = "the values leave torch, no gradient comes back"
+UNHANDLED = "unhandled"
 NO_RULE = "no straight-through rule"
 GATE = "gradient passes around it"
-RULES = (STRAIGHT_THROUGH, MODEL_RULE, LOST, NO_RULE, GATE)
+RULES = (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP, LOST, UNHANDLED, NO_RULE, GATE)
 
 _ZERO = {"round", "floor", "ceil", "trunc", "fix", "sign", "sgn", "heaviside"}
 _QUANTISE = {"fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine"}
@@ -81,6 +91,9 @@ _VIEWS = {
 _AS = {"view_as", "reshape_as", "expand_as", "type_as"}
 _DETACH = {"detach", "data"}
 _LEAVES = {"numpy", "tolist", "__array__"}
+#: Factories a torch function mode sees that bring data from outside torch in (``torch.from_numpy`` and
+#: ``torch.Tensor(array)`` it never sees: :mod:`.roundtrip` finds those where they are first used).
+_ENTERS = {"tensor", "as_tensor", "asarray", "new_tensor"}
 #: Ops whose further tensor arguments give only a shape, dtype or device (``view_as(other)``, ``to(other)``).
 _FIRST_ONLY = _AS | _CASTS
 #: Results that stay discrete-valued stand-ins: tracked, given a straight-through value only where they
@@ -141,6 +154,13 @@ def _zero_gradient(name: str, kwargs: dict[str, Any]) -> bool:
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _brings_data_in(name: str, args: tuple, kwargs: dict) -> bool:
+    """``torch.tensor(data)``, ``x.new_tensor(data)``: whether ``data`` comes from outside torch."""
+    position = 1 if name == "new_tensor" else 0
+    data = args[position] if len(args) > position else kwargs.get("data")
+    return data is not None and not isinstance(data, torch.Tensor)
 
 
 def _carries_gradient(out: Any) -> bool:
@@ -209,26 +229,34 @@ class _NoRule(Exception):
 class Tracer(TorchFunctionMode):
     """One forward pass's straight-through mode: follows the tensors computed from the input, notes every
     operation that stops their gradient (:attr:`origins`) and gives it a straight-through backward (the
-    module docstring lists the rules); every value is the plain forward's."""
+    module docstring lists the rules) and links values that leave torch and come back (:mod:`.roundtrip`);
+    every value is the plain forward's. ``known``: the model's parameters and buffers."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: Iterable[torch.Tensor] = ()) -> None:
         super().__init__()
         self.origins: list[_Origin] = []
         self.suspended = 0  # inside a module with its own bpda_approximation
         self._tracked: dict[int, tuple[weakref.ref, _Tracked]] = {}
+        self.round_trips = RoundTrips(known)
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
         name = op_names(func)[0]
-        if self.suspended or _shape_only(name):
+        if self.suspended:
             return func(*args, **kwargs)
+        if name in _ENTERS and _brings_data_in(name, args, kwargs):
+            return self._entered(func(*args, **kwargs), op_names(func)[1])
+        if _shape_only(name):
+            return self._produced(func(*args, **kwargs))
         inputs = _tensors(args[:1] if name in _FIRST_ONLY else (args, kwargs))  # x.to(other): only x
+        if self.round_trips.pending:
+            self._returns(inputs, op_names(func)[1])
         tracked = [info for t in inputs if (info := self.lookup(t)) is not None]
         derived = any(t.requires_grad for t in inputs)
         if not tracked and not derived:
-            return func(*args, **kwargs)
+            return self._produced(func(*args, **kwargs))
         return self._on_path(func, args, kwargs, tracked, derived)
 
     # ------------------------------------------------------------------------------------------ bookkeeping
@@ -249,11 +277,54 @@ class Tracer(TorchFunctionMode):
             self.origins[i].statuses.add(status)
 
     def finish(self, output: Any) -> None:
-        """The forward's result: a cut result that reaches it had no rule anywhere on its way."""
+        """The forward's result: a cut result that reaches it had no rule anywhere on its way; values that
+        left torch and never came back are lost, and what came back unmatched meanwhile is unhandled."""
         for t in _tensors(output):
             info = self.lookup(t)
             if info is not None and not t.requires_grad:
                 self.note(info.origins, NO_RULE)
+        trips = self.round_trips
+        for departure in trips.pending:
+            self.note(departure.origins | {departure.origin}, LOST)
+        for back in dict.fromkeys(trips.strays) if trips.pending else ():
+            self.note([self.origin(ENTERS_TORCH, back)], UNHANDLED)
+
+    # ------------------------------------------------------------------------------------ round trips
+
+    def _produced(self, out: Any) -> Any:
+        """``out`` of an op in torch: never values that came back from outside."""
+        self.round_trips.seen([out] if isinstance(out, torch.Tensor) else _tensors(out))
+        return out
+
+    def _entered(self, out: Any, shown: str) -> Any:
+        """The result of ``torch.tensor(array)`` and the like: a return, when values are out of torch."""
+        if isinstance(out, torch.Tensor) and self.round_trips.pending:
+            self._link(out, shown)
+        return self._produced(out)
+
+    def _returns(self, inputs: list[torch.Tensor], shown: str) -> None:
+        """Link the op's inputs that no op produced (``torch.from_numpy``: the mode never sees it)."""
+        for t in inputs:
+            if not t.requires_grad and self.lookup(t) is None and not self.round_trips.is_seen(t):
+                self._link(t, f"from outside torch (first used by {shown})")
+
+    def _leave(self, x: torch.Tensor, shown: str, before: frozenset[int]) -> None:
+        """``x`` leaves torch (``numpy``, ``tolist``): it may come back; without a stand-in it is lost."""
+        info = self.lookup(x)
+        stand_in = x if x.requires_grad else info.surrogate if info is not None else None
+        origin = self.origin(LEAVES_TORCH, shown)
+        if stand_in is None:
+            self.note(before | {origin}, LOST)
+        else:
+            self.round_trips.leave(shown, stand_in, before, origin)
+
+    def _link(self, t: torch.Tensor, back: str) -> None:
+        """``t`` came back into torch: tracked with the straight-through stand-in of its departure."""
+        found = self.round_trips.arrive(t, back)
+        if found is not None:
+            departure, smooth = found
+            self._track(t, _Tracked(departure.origins, straight(t, smooth)))
+            self.note([departure.origin], ROUND_TRIP)
 
     # ------------------------------------------------------------------------------------------ the rules
 
@@ -267,7 +338,8 @@ class Tracer(TorchFunctionMode):
             return self._in_place(func, args, kwargs, before | {self.origin(_kind(name, kwargs), shown)})
         plain = func(*args, **kwargs)
         if name in _LEAVES:
-            self.note(before | ({self.origin(LEAVES_TORCH, shown)} if derived else set()), LOST)
+            if args and isinstance(args[0], torch.Tensor):
+                self._leave(args[0], shown, before)
             return plain
         if not zero and _carries_gradient(plain):  # the gradient passes here; a discrete by-product waits
             self.note(before, GATE)
@@ -417,7 +489,7 @@ def _approximation_hooks(model: nn.Module, tracer: Tracer) -> list[Any]:
 def straight_through(model: nn.Module) -> Iterator[Tracer]:
     """Run ``model``'s forward passes inside the block in bpda mode (values unchanged): the automatic rules,
     and each module's own ``bpda_approximation``. Yields the :class:`Tracer` (what it found)."""
-    tracer = Tracer()
+    tracer = Tracer(known=[*model.parameters(), *model.buffers()])
     handles = _approximation_hooks(model, tracer)
     try:
         with tracer:
@@ -441,22 +513,23 @@ class Finding:
 
 @dataclass(frozen=True)
 class GradientPath:
-    """What :func:`scan` found on a model's input path: the operations, and whether an input gradient reaches
-    the probe under exact gradients and in bpda mode."""
+    """What :func:`scan` found on a model's input path: the operations, whether an input gradient reaches
+    the probe under exact gradients and in bpda mode, and the round trips out of torch that bpda linked."""
 
     findings: tuple[Finding, ...]
     exact_gradient: bool
     bpda_gradient: bool
+    round_trips: tuple[RoundTrip, ...] = ()
 
     @property
     def modes(self) -> tuple[GradMode, ...]:
         """``exact``, and ``bpda`` when a rule replaced something and the gradient then reaches the input."""
-        ruled = any(f.rule in (STRAIGHT_THROUGH, MODEL_RULE) for f in self.findings)
+        ruled = any(f.rule in (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP) for f in self.findings)
         return (GradMode.EXACT, GradMode.BPDA) if ruled and self.bpda_gradient else (GradMode.EXACT,)
 
     @property
     def reaches_input(self) -> bool:
-        """False: no gradient reaches the input in any mode (e.g. a NumPy round trip)."""
+        """False: no gradient reaches the input in any mode (e.g. a NumPy step that changes the shape)."""
         return self.exact_gradient or GradMode.BPDA in self.modes
 
     @property
@@ -472,10 +545,20 @@ class GradientPath:
             )
         if GradMode.BPDA in self.modes:
             exact = "reach" if self.exact_gradient else "do not reach"
-            return f"{ops}; exact gradients {exact} the input, the bpda mode goes straight through them"
+            trips = "; ".join(
+                f"{t.describe()}{f' ({n} times)' if n > 1 else ''}" for t, n in self.linked().items()
+            )
+            trips = f"; round trips out of torch linked: {trips}" if trips else ""
+            return (
+                f"{ops}; exact gradients {exact} the input, the bpda mode goes straight through them{trips}"
+            )
         return (
             f"{ops}; the gradient passes around them, so exact gradients only" if ops else "exact gradients"
         )
+
+    def linked(self) -> dict[RoundTrip, int]:
+        """Each distinct linked round trip and how often the probe made it (once per image in a loop)."""
+        return dict(Counter(self.round_trips))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -484,6 +567,10 @@ class GradientPath:
             "exact_gradient": self.exact_gradient,
             "bpda_gradient": self.bpda_gradient,
             "findings": [{"kind": f.kind, "op": f.op, "rule": f.rule} for f in self.findings],
+            "round_trips": [
+                {"left": t.left, "back": t.back, "shape": list(t.shape), "scale": t.scale, "count": n}
+                for t, n in self.linked().items()
+            ],
         }
 
 
@@ -541,7 +628,8 @@ def scan(model: nn.Module, probe: torch.Tensor) -> GradientPath:
     with _probing(model, x.device):
         exact, _ = _gradient_reaches(model, x, trace=False)
         bpda, tracer = _gradient_reaches(model, x, trace=True)
-    return GradientPath(_findings(tracer), exact_gradient=exact, bpda_gradient=bpda)
+    trips = tuple(tracer.round_trips.linked)
+    return GradientPath(_findings(tracer), exact_gradient=exact, bpda_gradient=bpda, round_trips=trips)
 
 
 class AutoBPDA(GradModeSwitch):

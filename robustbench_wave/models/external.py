@@ -20,9 +20,11 @@ model by a safe slug (:attr:`ExternalSpec.slug`): ``timm-NAME``, or ``ext-FACTOR
 gradient is zero almost everywhere or missing -- rounding, quantisation, thresholds, masks from ``argmax`` /
 ``topk`` / ``one_hot``, integer casts, ``detach`` (:mod:`robustbench_wave.models.autobpda`). Where such an
 operation cuts the gradient the model is attacked under ``exact`` (its plain forward) and ``bpda``, which gives
-each one a straight-through backward without any change to the model; where no gradient reaches the input at all (a
-NumPy or PIL round trip) the log, ``meta.json``'s ``gradient_path`` and the report say so, and its
-robustness rests on the gradient-free and transfer attacks. Two ways to say more:
+each one a straight-through backward without any change to the model. Values that leave torch and come back
+in the same shape (a NumPy, PIL or OpenCV round trip, ``.tolist()``) are linked in ``bpda`` mode by the
+identity across the round trip (:mod:`robustbench_wave.models.roundtrip`). Where no gradient reaches the
+input at all (values that never come back, or come back in another shape) the log, ``meta.json``'s
+``gradient_path`` and the report say so, and its robustness rests on the gradient-free and transfer attacks. Two ways to say more:
 
 * a sub-module may define ``bpda_approximation(*inputs)``, returning a tensor shaped like its output: in
   ``bpda`` mode that output keeps its exact values and back-propagates through the approximation instead

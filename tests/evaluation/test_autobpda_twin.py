@@ -1,7 +1,8 @@
 """Automatic BPDA end to end through ``evaluate``: ``round(8x)/8`` written as plain torch code in front of a
 linear model masks under exact gradients (robust accuracy far above its unquantised twin's) and under the
-automatic ``bpda`` mode falls within the Wilson interval of the twin's at the reference budget; the same
-quantiser through NumPy is recorded as having no gradient path and still gets its gradient-free rows."""
+automatic ``bpda`` mode falls within the Wilson interval of the twin's at the reference budget; 2x2 pooling
+through NumPy (the values come back in another shape, so no round trip is linked) is recorded as having no
+gradient path and still gets its gradient-free rows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from robustbench_wave.attacks import Suite, parse_suite
 from robustbench_wave.evaluation import EvalSettings, evaluate, metrics
 from robustbench_wave.models.autobpda import auto_bpda
 from tests.support.attack_models import labelled, teacher, toy_data
-from tests.support.autobpda_models import NumpyQuantize, Quantize, defended
+from tests.support.autobpda_models import NumpyHalve, Quantize, defended
 
 N = 200
 GRID = [0.03, 0.06, 0.1]  # reference budget (lower middle): 0.06, where the twin keeps ~78%
@@ -47,10 +48,10 @@ def test_a_quantised_model_masks_exact_gradients_and_falls_to_its_twin_under_aut
     assert low <= bpda <= high, (bpda, (low, high))
 
 
-def test_a_numpy_round_trip_has_no_gradient_path_and_keeps_its_gradient_free_rows() -> None:
+def test_a_numpy_step_that_changes_the_shape_has_no_gradient_path_and_keeps_its_gradient_free_rows() -> None:
     twin, x = teacher(), toy_data(32, seed=5)
     y = labelled(twin, x)
-    model = auto_bpda(defended(NumpyQuantize(), twin), x)
+    model = auto_bpda(defended(NumpyHalve(), twin), x)
     square = {"name": "square", "family": "square", "threat": "Linf", "n_queries": 50}
     result = evaluate(
         model, x, y, _suite(square), EvalSettings(model_name="np"), progress=False, batch_size=32

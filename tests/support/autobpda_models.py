@@ -41,11 +41,22 @@ class Quantize(nn.Module):
 
 
 class NumpyQuantize(nn.Module):
-    """The same quantiser through NumPy: the graph is cut, no gradient can reach the input."""
+    """The same quantiser through NumPy: the graph is cut; the bpda mode links the round trip (identity)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = np.round(x.detach().cpu().numpy() * LEVELS) / LEVELS
         return torch.from_numpy(out).to(x)
+
+
+class NumpyHalve(nn.Module):
+    """2x2 mean pooling in NumPy, brought back to full size in torch: the values come back in another shape,
+    so no round trip can be linked and no gradient reaches the input in any mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.detach().cpu().numpy()
+        n, c, h, w = a.shape
+        pooled = a.reshape(n, c, h // 2, 2, w // 2, 2).mean(axis=(3, 5))
+        return F.interpolate(torch.from_numpy(pooled).to(x), scale_factor=2, mode="nearest")
 
 
 class Thermometer(nn.Module):
@@ -114,7 +125,9 @@ OP_CASES = {
     "no_grad_round": OpCase(lambda x: _no_grad(quantize, x), ab.NO_GRAD, ab.STRAIGHT_THROUGH),
     "topk_mask": OpCase(_topk_mask, ab.INDEX, ab.GATE),  # the kept values carry the gradient: left alone
     "threshold_gate": OpCase(lambda x: x * (x > 0.5), ab.THRESHOLD, ab.GATE),
-    "numpy": OpCase(NumpyQuantize().forward, ab.DETACH, ab.LOST),
+    "numpy": OpCase(NumpyQuantize().forward, ab.LEAVES_TORCH, ab.ROUND_TRIP),
+    "tolist": OpCase(lambda x: torch.tensor(quantize(x).tolist()), ab.LEAVES_TORCH, ab.ROUND_TRIP),
+    "numpy_halved": OpCase(NumpyHalve().forward, ab.LEAVES_TORCH, ab.LOST),
 }
 
 
@@ -164,5 +177,10 @@ def quantized_pooled_linear(num_classes: int = 10) -> nn.Module:
 
 
 def numpy_pooled_linear(num_classes: int = 10) -> nn.Module:
-    """The same through a NumPy round trip: no gradient path."""
+    """The same through a NumPy round trip, which the bpda mode links."""
     return nn.Sequential(NumpyQuantize(), pooled_linear(num_classes))
+
+
+def numpy_halved_pooled_linear(num_classes: int = 10) -> nn.Module:
+    """2x2 pooling in NumPy (another shape back): no gradient path."""
+    return nn.Sequential(NumpyHalve(), pooled_linear(num_classes))
