@@ -78,7 +78,9 @@ def get_args_parser() -> Parser:
         prog="python -m robustbench_wave.gallery",
         description="Train, attack and tabulate the gallery of defences known to be broken (Athalye, Carlini "
         "& Wagner 2018): bit-depth reduction, JPEG-style DCT quantisation, thermometer encoding, random "
-        "resize-and-pad and stochastic activation pruning in front of one small CNN, and the CNN undefended.",
+        "resize-and-pad and stochastic activation pruning in front of one small CNN, and the CNN undefended. "
+        "--defence FILE.py:FACTORY --weights W --baseline FILE.py:FACTORY --baseline-weights W puts a defence "
+        "of yours in the same table, judged against your undefended model on the same images.",
     )
     p.add_argument(
         "step", choices=STEPS, help="train the CNNs, attack the defences, build the table, or all three"
@@ -92,7 +94,10 @@ def get_args_parser() -> Parser:
             help="gallery root: weights/, attack/, gallery.*",
         ),
     )
-    p.add_argument("--dataset", default="fashion-mnist", help=f"a gray data set: {describe_datasets()}")
+    p.add_argument(
+        "--dataset", default="fashion-mnist",
+        help=f"a gray data set for the gallery's defences (any for yours): {describe_datasets()}",
+    )  # fmt: skip
     p.add_argument(
         "--defence", action=ListAction, item=defence_item, default=None,
         metavar="NAME", help=f"attack / tabulate only this defence ({', '.join(GALLERY)}); repeat the flag (or "
@@ -103,7 +108,7 @@ def get_args_parser() -> Parser:
     )  # fmt: skip
     p.add_argument(
         "--weights", action=DefenceWeights, default=None, metavar="FILE",
-        help="safetensors weights of the FILE.py:FACTORY --defence just before it (loaded strictly, never "
+        help="safetensors weights of the FILE.py:FACTORY (MODULE:FACTORY, timm:ARCH) --defence just before it (loaded strictly, never "
         "pickle); needed unless that model has no parameters or buffers",
     )  # fmt: skip
     p.add_argument(
@@ -166,7 +171,9 @@ def get_args_parser() -> Parser:
 def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.AttackOptions]:
     """The library's options from the flags; one-line SystemExit for bad input."""
     try:
-        if dataset_info(args.dataset).in_chans != 1:
+        chosen = list(dict.fromkeys(args.defence or GALLERY))
+        gallery_used = args.step == "train" or any(not is_external(d) for d in chosen)
+        if gallery_used and dataset_info(args.dataset).in_chans != 1:
             raise ValueError(f"--dataset {args.dataset} is not gray; the gallery's CNN takes one channel")
         protocols = {name: tuple(shlex.split(getattr(args, f"{name}_args"))) for name in (NAIVE, ADAPTIVE)}
         recipe = replace(defenses.GALLERY_RECIPE, epochs=args.epochs)
@@ -174,7 +181,6 @@ def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.
             args.results_dir, args.dataset, recipe, args.train_seed, args.train_subset, args.test_subset,
             fresh=args.overwrite, progress=args.progress,
         )  # fmt: skip
-        chosen = list(dict.fromkeys(args.defence or GALLERY))
         own, baseline = _own_models(args, [d for d in chosen if is_external(d)])
         attack = defenses.AttackOptions(
             args.results_dir, args.dataset, args.suite, args.n_examples, args.seed,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -336,3 +338,27 @@ def test_a_baseline_of_other_classes_or_image_size_is_refused_by_name(tmp_path: 
                 ]
             )
     assert not out.exists()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _gallery_commands(page: Path) -> list[list[str]]:
+    """Every ``python -m robustbench_wave.gallery`` line of the page's bash blocks, as argument lists."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:3] == ["python", "-m", "robustbench_wave.gallery"]:
+                out.append(words[3:])
+    return out
+
+
+@pytest.mark.parametrize("page", ["bring-your-own-model.md", "gallery.md"])
+def test_the_docs_own_defence_command_parses_in_the_current_vocabulary(page: str, caplog) -> None:
+    commands = [c for c in _gallery_commands(DOCS / page) if "--baseline" in c]
+    assert commands, f"docs/{page} shows no gallery command with --baseline"
+    for argv in commands:
+        args = gallery.get_args_parser().parse_args(argv)
+        assert args.weights and args.baseline and args.baseline_weights
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # no deprecated spelling
