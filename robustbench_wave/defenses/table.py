@@ -190,6 +190,11 @@ def baseline_columns(
 ) -> dict[str, Any]:
     """An own defence's comparison with its baseline in the same adaptive run (see the module docstring)."""
     if baseline is None:
+        others = sorted(set(adaptive.records["model"]) - {defence})
+        if others:
+            raise ValueError(
+                f"{adaptive.path} also holds {others}: the runs were made with a --baseline; pass it again"
+            )
         return {
             "baseline": "",
             **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)),
@@ -328,8 +333,8 @@ def formatted(table: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
             number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table["baseline_adaptive"], half)
         ]
         out["vs baseline (paired)"] = [_paired_cell(row) for _, row in table.iterrows()]
-    out["broken"] = [_broken_cell(w, table["baseline"].iloc[i] if "baseline" in table else UNDEFENDED)
-                     for i, w in enumerate(table["broken"])]  # fmt: skip
+    bases = table["baseline"] if "baseline" in table else pd.Series(UNDEFENDED, index=table.index)
+    out["broken"] = [_broken_cell(w, b) for w, b in zip(table["broken"], bases)]
     out["flagged naive"] = [_checks_cell(v) for v in table["checks_naive"]]
     out["flagged adaptive"] = [_checks_cell(v) for v in table["checks_adaptive"]]
     return out

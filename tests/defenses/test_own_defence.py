@@ -218,6 +218,11 @@ def test_without_a_baseline_the_table_says_nothing_judges_it() -> None:
     from robustbench_wave.defenses.table import formatted
 
     assert formatted(table)["broken"].tolist() == ["no baseline"]
+    paired = _run({"mine": {1}, "twin": {1, 2}})
+    with pytest.raises(ValueError, match=r"also holds \['twin'\].*--baseline"):
+        build_table({"mine": {NAIVE: paired, ADAPTIVE: paired}}, own={"mine": None})
+    with pytest.raises(ValueError, match="has no records of other"):
+        build_table({"mine": {NAIVE: paired, ADAPTIVE: paired}}, own={"mine": "other"})
 
 
 def test_gallery_rows_keep_their_rule_beside_an_own_row() -> None:
@@ -362,3 +367,18 @@ def test_the_docs_own_defence_command_parses_in_the_current_vocabulary(page: str
         args = gallery.get_args_parser().parse_args(argv)
         assert args.weights and args.baseline and args.baseline_weights
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # no deprecated spelling
+
+
+#: The gallery table's columns before own defences existed: a table of the gallery alone keeps exactly them.
+GALLERY_COLUMNS = [
+    "defence", "source", "broken_by", "threat", "eps", "model", "n",
+    *[f"{c}{s}" for c in ("clean", "exact", "naive", "adaptive") for s in ("", "_low", "_high")],
+    "modes_naive", "modes_adaptive", "checks_naive", "checks_adaptive", "within_undefended", "broken",
+]  # fmt: skip
+
+
+def test_a_table_of_the_gallery_alone_keeps_its_columns_and_rule() -> None:
+    cnn, bd = _run({"cnn": set(range(5))}), _run({"bd": set(range(4))})
+    table = build_table({"cnn": {NAIVE: cnn, ADAPTIVE: cnn}, "bit_depth": {NAIVE: bd, ADAPTIVE: bd}})
+    assert list(table.columns) == GALLERY_COLUMNS
+    assert table["broken"].tolist() == [True, True] and table["broken"].dtype == bool
