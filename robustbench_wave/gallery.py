@@ -4,19 +4,25 @@
     python -m robustbench_wave.gallery train --results-dir results/gallery                    # the two CNNs
     python -m robustbench_wave.gallery attack --results-dir results/gallery --defence jpeg    # one defence
     python -m robustbench_wave.gallery table --results-dir results/gallery                    # gallery.{txt,csv,tex}
+    python -m robustbench_wave.gallery all --defence my.py:defended --weights d.safetensors \
+        --baseline my.py:undefended --baseline-weights u.safetensors                          # your own defence
 
 The defences are factories in :mod:`robustbench_wave.models.gallery`; :mod:`robustbench_wave.defenses` trains
 them with the shared recipe, attacks each with ``python -m robustbench_wave.attack`` under a naive protocol
 and the adaptive one, and builds the table from the run folders. Every step reuses what is finished.
+``--defence`` also takes a defence of the user's (``FILE.py:FACTORY``, ``MODULE:FACTORY``, ``timm:ARCH``
+with ``--weights``), attacked the same way in the same runs as its undefended twin (``--baseline``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from robustbench_wave import defenses
 from robustbench_wave.cli import (
@@ -33,6 +39,7 @@ from robustbench_wave.cli import (
 from robustbench_wave.data import dataset_info, describe_datasets
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, SURROGATE_CNN
 from robustbench_wave.defenses.table import load_gallery_runs, title
+from robustbench_wave.models.external import ExternalSpec, is_external
 from robustbench_wave.models.gallery import GALLERY
 
 STEPS = ("train", "attack", "table", "all")
@@ -44,12 +51,36 @@ def echo(msg: str = "") -> None:
     sys.stdout.flush()
 
 
+def defence_item(text: str) -> str:
+    """A ``--defence`` value: a gallery name, or a reference of the user's (it has a ':')."""
+    if is_external(text):
+        return text
+    return one_of(list(GALLERY), "a gallery defence or FILE.py:FACTORY / MODULE:FACTORY / timm:ARCH")(text)
+
+
+class DefenceWeights(argparse.Action):
+    """``--weights FILE`` belongs to the defence of the user's given just before it: {reference: FILE}."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+    ) -> None:
+        defences = getattr(namespace, "defence", None) or []
+        if not defences or not is_external(defences[-1]):
+            parser.error(f"--weights {values} must follow the FILE.py:FACTORY --defence it belongs to")
+        owned = dict(getattr(namespace, self.dest) or {})
+        if owned.get(defences[-1], values) != values:
+            parser.error(f"--defence {defences[-1]} has two --weights; tabulate each file in its own run")
+        setattr(namespace, self.dest, owned | {defences[-1]: values})
+
+
 def get_args_parser() -> Parser:
     p = Parser(
         prog="python -m robustbench_wave.gallery",
         description="Train, attack and tabulate the gallery of defences known to be broken (Athalye, Carlini "
         "& Wagner 2018): bit-depth reduction, JPEG-style DCT quantisation, thermometer encoding, random "
-        "resize-and-pad and stochastic activation pruning in front of one small CNN, and the CNN undefended.",
+        "resize-and-pad and stochastic activation pruning in front of one small CNN, and the CNN undefended. "
+        "--defence FILE.py:FACTORY --weights W --baseline FILE.py:FACTORY --baseline-weights W puts a defence "
+        "of yours in the same table, judged against your undefended model on the same images.",
     )
     p.add_argument(
         "step", choices=STEPS, help="train the CNNs, attack the defences, build the table, or all three"
@@ -63,11 +94,34 @@ def get_args_parser() -> Parser:
             help="gallery root: weights/, attack/, gallery.*",
         ),
     )
-    p.add_argument("--dataset", default="fashion-mnist", help=f"a gray data set: {describe_datasets()}")
     p.add_argument(
-        "--defence", action=ListAction, item=one_of(list(GALLERY), "a gallery defence"), default=None,
+        "--dataset", default="fashion-mnist",
+        help=f"a gray data set for the gallery's defences (any for yours): {describe_datasets()}",
+    )  # fmt: skip
+    p.add_argument(
+        "--defence", action=ListAction, item=defence_item, default=None,
         metavar="NAME", help=f"attack / tabulate only this defence ({', '.join(GALLERY)}); repeat the flag (or "
-        "A,B) for several (the table needs 'cnn'); default: all",
+        "A,B) for several (the gallery's need 'cnn' in the table); default: all. Also a defence of yours, as "
+        "the attack command's --model takes it: path/to/file.py:FACTORY, MODULE:FACTORY or timm:ARCH, "
+        "followed by its --weights; it is attacked under both protocols like the gallery's (record name "
+        "ext-FACTORY-<hash>) and judged against --baseline",
+    )  # fmt: skip
+    p.add_argument(
+        "--weights", action=DefenceWeights, default=None, metavar="FILE",
+        help="safetensors weights of the FILE.py:FACTORY (MODULE:FACTORY, timm:ARCH) --defence just before it (loaded strictly, never "
+        "pickle); needed unless that model has no parameters or buffers",
+    )  # fmt: skip
+    p.add_argument(
+        "--baseline", default=None, metavar="FILE.py:FACTORY",
+        help="your undefended model (the network behind your --defence, without the defence; same classes "
+        "and image size), attacked in the same runs as each defence of yours: the table compares the two on "
+        "the same images (exact McNemar test: broken = yes / no / inconclusive) and it is the transfer "
+        "attacks' surrogate. Without it the transfer attacks are skipped and nothing judges the defence "
+        "('no baseline'); the gallery's CNN is never used in its place",
+    )  # fmt: skip
+    p.add_argument(
+        "--baseline-weights", default=None, metavar="FILE",
+        help="safetensors weights of --baseline (as --weights)",
     )  # fmt: skip
     train = p.add_argument_group("train")
     train.add_argument(
@@ -93,7 +147,8 @@ def get_args_parser() -> Parser:
     attack.add_argument("--seed", type=non_negative_int, default=0, help="attack seed")
     attack.add_argument(
         "--surrogate", default=SURROGATE_CNN,
-        help="transfer attacks' surrogate: 'cnn' = the undefended gallery CNN, or any attack --surrogate value",
+        help="transfer attacks' surrogate: 'cnn' = each defence's undefended model (the gallery CNN for the "
+        "gallery's, --baseline for yours, none without one), or any attack --surrogate value for every run",
     )  # fmt: skip
     for protocol, flags in defenses.PROTOCOLS.items():
         attack.add_argument(
@@ -116,7 +171,9 @@ def get_args_parser() -> Parser:
 def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.AttackOptions]:
     """The library's options from the flags; one-line SystemExit for bad input."""
     try:
-        if dataset_info(args.dataset).in_chans != 1:
+        chosen = list(dict.fromkeys(args.defence or GALLERY))
+        gallery_used = args.step == "train" or any(not is_external(d) for d in chosen)
+        if gallery_used and dataset_info(args.dataset).in_chans != 1:
             raise ValueError(f"--dataset {args.dataset} is not gray; the gallery's CNN takes one channel")
         protocols = {name: tuple(shlex.split(getattr(args, f"{name}_args"))) for name in (NAIVE, ADAPTIVE)}
         recipe = replace(defenses.GALLERY_RECIPE, epochs=args.epochs)
@@ -124,14 +181,38 @@ def _options(args: argparse.Namespace) -> tuple[defenses.TrainOptions, defenses.
             args.results_dir, args.dataset, recipe, args.train_seed, args.train_subset, args.test_subset,
             fresh=args.overwrite, progress=args.progress,
         )  # fmt: skip
+        own, baseline = _own_models(args, [d for d in chosen if is_external(d)])
         attack = defenses.AttackOptions(
             args.results_dir, args.dataset, args.suite, args.n_examples, args.seed,
-            tuple(dict.fromkeys(args.defence or GALLERY)), protocols, args.surrogate,
-            tuple(shlex.split(args.attack_args)),
+            tuple(d for d in chosen if not is_external(d)), protocols, args.surrogate,
+            tuple(shlex.split(args.attack_args)), own=own, baseline=baseline,
         )  # fmt: skip
     except ValueError as err:
         raise SystemExit(str(err)) from None
     return train, attack
+
+
+def _own_models(
+    args: argparse.Namespace, refs: list[str]
+) -> tuple[tuple[ExternalSpec, ...], ExternalSpec | None]:
+    """The user's defences and baseline as the attack command's external models (weights made absolute)."""
+    weights = args.weights or {}
+    own = tuple(ExternalSpec(ref, _absolute(weights.get(ref))) for ref in refs)
+    if args.baseline is None:
+        if args.baseline_weights is not None:
+            raise ValueError("--baseline-weights without --baseline; give the baseline's FILE.py:FACTORY")
+        return own, None
+    if not is_external(args.baseline):
+        raise ValueError(
+            f"--baseline {args.baseline} is not FILE.py:FACTORY, MODULE:FACTORY or timm:ARCH: it is your "
+            "undefended model (for the gallery's own CNN: robustbench_wave.models.gallery:cnn "
+            "with --baseline-weights RESULTS_DIR/weights/cnn/model.safetensors)"
+        )
+    return own, ExternalSpec(args.baseline, _absolute(args.baseline_weights))
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,16 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     train, attack = _options(args)
     try:
-        if args.step in ("train", "all"):
+        if args.step in ("attack", "all"):
+            defenses.check_own_models(attack)
+        if args.step == "train" or (args.step == "all" and attack.defences):  # own defences bring weights
             for name, record in defenses.train_gallery(train).items():
                 echo(
                     f"{name}: test accuracy {100 * record['test_accuracy']:.2f}% ({defenses.weights_path(args.results_dir, name)})"
                 )
         if args.step in ("attack", "all"):
-            for run in defenses.attack_gallery(attack):
+            for run in defenses.attack_gallery(attack, checked=True):
                 echo(f"{run['defence']} ({run['protocol']}): {run['run']} in {run['seconds']:.0f} s")
         if args.step in ("table", "all"):
-            table = defenses.build_table(load_gallery_runs(attack), args.threat, args.eps)
+            runs = load_gallery_runs(attack)
+            table = defenses.build_table(runs, args.threat, args.eps, own=attack.baselines)
             heading = title(table, dataset_info(args.dataset).name, args.suite)
             echo(defenses.write_table(table, args.results_dir, heading))
     except (ValueError, RuntimeError) as err:

@@ -7,10 +7,18 @@ three steps of ``python -m robustbench_wave.gallery`` (and ``make defenses``): :
 gallery's weights with the shared recipe (:mod:`robustbench_wave.training.engine`), reusing finished ones;
 :mod:`.runs` attacks each defence with the attack command (``python -m robustbench_wave.attack``) under a
 naive protocol (exact or blocked gradients, single draws) and the adaptive one (the harness's automatic
-BPDA and EOT); :mod:`.table` builds the one table from those run folders' records and checklists.
+BPDA and EOT); :mod:`.table` builds the one table from those run folders' records and checklists. A
+defence of the user's (``--defence FILE.py:FACTORY --weights W``) goes through the same two protocols in
+the same runs as its undefended twin (``--baseline``), which its row is judged against on the same images.
 """
 
-from robustbench_wave.defenses.runs import PROTOCOLS, AttackOptions, attack_gallery, run_name
+from robustbench_wave.defenses.runs import (
+    PROTOCOLS,
+    AttackOptions,
+    attack_gallery,
+    check_own_models,
+    run_name,
+)
 from robustbench_wave.defenses.table import build_table, write_table
 from robustbench_wave.defenses.training import GALLERY_RECIPE, TrainOptions, train_gallery, weights_path
 
@@ -21,6 +29,7 @@ __all__ = [
     "TrainOptions",
     "attack_gallery",
     "build_table",
+    "check_own_models",
     "run_name",
     "train_gallery",
     "weights_path",

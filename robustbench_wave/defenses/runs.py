@@ -10,6 +10,13 @@ surrogate is the undefended CNN by default (Athalye et al.'s threat model: the a
 behind the defence). Every run lands in ``OUT/attack/<data>/<defence>-<protocol>_<suite>_n<N>_seed<S>`` and
 resumes from its chunks when the command is run again; its terminal output goes to ``OUT/logs/``, and
 ``OUT/runs.json`` lists the commands, logs and times.
+
+A user's own defence (:attr:`AttackOptions.own`: ``FILE.py:FACTORY``, ``MODULE:FACTORY`` or ``timm:ARCH``
+with its weights) is attacked under the same two protocols, named by its record name ``ext-FACTORY-<hash>``.
+Its undefended twin (:attr:`AttackOptions.baseline`) is a second ``--model`` of the same two runs and their
+transfer surrogate, so the table compares the two on the same images (a paired test) and the black-box
+attacker knows the network behind the defence, as for the gallery. Without a baseline the transfer attacks
+are skipped (never the gallery's CNN in its place) and the table says that nothing judges the defence.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.data import dataset_info
+from robustbench_wave.data import dataset_info, load_test_images
 from robustbench_wave.defenses.training import weights_path
 from robustbench_wave.io import atomic_write_json
+from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
 from robustbench_wave.models.gallery import GALLERY, UNDEFENDED, GalleryEntry
 from robustbench_wave.runfolder import check_safe_name
 
@@ -40,15 +48,21 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
     NAIVE: ("--grad-modes", "exact", "--eot", "off"),
     ADAPTIVE: (),
 }
-#: ``surrogate`` value: the undefended gallery CNN with its trained weights.
+#: ``surrogate`` value: the undefended model of each defence -- the gallery CNN with its trained weights for
+#: the gallery's defences, the user's :attr:`AttackOptions.baseline` for their own (none without one).
 SURROGATE_CNN = "cnn"
+#: ``--surrogate`` value of the attack command that skips the transfer attacks.
+NO_SURROGATE = "none"
 RUNS_JSON = "runs.json"
 
 
 @dataclass(frozen=True)
 class AttackOptions:
     """What the attack step runs: which defences under which protocols, on which data, suite and budget of
-    examples; ``extra_args`` go to every attack command (e.g. ``--attacks``, ``--device``, ``--batch-size``)."""
+    examples; ``extra_args`` go to every attack command (e.g. ``--attacks``, ``--device``, ``--batch-size``).
+
+    ``defences`` are gallery names; ``own`` a user's defences (external references with absolute weights
+    paths), each attacked in the same runs as ``baseline``, the user's undefended model, when given."""
 
     out: Path
     dataset: str = "fashion-mnist"
@@ -60,15 +74,41 @@ class AttackOptions:
     surrogate: str = SURROGATE_CNN
     extra_args: tuple[str, ...] = ()
     python: str = sys.executable
+    own: tuple[ExternalSpec, ...] = ()
+    baseline: ExternalSpec | None = None
 
     def __post_init__(self) -> None:
         unknown = [d for d in self.defences if d not in GALLERY]
-        if unknown or not self.defences:
-            raise ValueError(f"unknown defences {unknown}; choose from {', '.join(GALLERY)}")
+        if unknown or not (self.defences or self.own):
+            raise ValueError(
+                f"unknown defences {unknown}; choose from {', '.join(GALLERY)} or give FILE.py:FACTORY"
+            )
+        if self.baseline is not None and not self.own:
+            raise ValueError(
+                f"--baseline {self.baseline.reference} is the undefended twin of a defence of yours; give that "
+                "defence as --defence FILE.py:FACTORY --weights FILE (the gallery's are judged against its CNN)"
+            )
+        names = [spec.slug for spec in self.own] + list(self.defences)
+        names += [self.baseline.slug] if self.baseline is not None else []
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"--defence / --baseline: two models would share a record name ({sorted(names)})"
+            )
         for protocol in self.protocols:
             check_safe_name(protocol, "protocol name")
         if self.n_examples < 1:
             raise ValueError(f"n_examples = {self.n_examples} must be >= 1")
+
+    @property
+    def baselines(self) -> dict[str, str | None]:
+        """Each own defence's record name -> its baseline's record name (None without one)."""
+        base = self.baseline.slug if self.baseline is not None else None
+        return {spec.slug: base for spec in self.own}
+
+    @property
+    def names(self) -> list[str]:
+        """Every defence of the table in order: the gallery's names, then the own ones' record names."""
+        return [*self.defences, *self.baselines]
 
 
 def run_name(defence: str, protocol: str, options: AttackOptions) -> str:
@@ -117,21 +157,77 @@ def _surrogate_args(entry: GalleryEntry, options: AttackOptions) -> list[str]:
     return ["--surrogate", cnn.reference, "--surrogate-weights", str(_weights(cnn.weights_of, options))]
 
 
+def check_own_models(options: AttackOptions) -> None:
+    """Build every own defence and the baseline as the attack command will (import, factory, strict weights,
+    a probe batch of the data set's images, so classes and image size are checked) before anything is
+    written. ValueError: one line naming the flag."""
+    specs = [("--defence", spec) for spec in options.own]
+    specs += [("--baseline", options.baseline)] if options.baseline is not None else []
+    if not specs:
+        return
+    probe = load_test_images(options.dataset, PROBE_SIZE)
+    for flag, spec in specs:
+        try:
+            build_external(spec, probe.info, probe.images)
+        except ValueError as err:
+            raise ValueError(f"{flag} {spec.reference}: {err}") from None
+
+
+def own_attack_command(defence: ExternalSpec, protocol: str, options: AttackOptions) -> list[str]:
+    """The attack command of one own defence under one protocol: the defence and its baseline (when given)
+    as two ``--model``s of one run, the baseline its transfer surrogate; the protocol's flags as they are
+    (the naive ``--grad-modes exact`` is offered by every model)."""
+    models = [defence] + ([options.baseline] if options.baseline is not None else [])
+    command = [options.python, "-m", "robustbench_wave.attack"]
+    for spec in models:
+        command += ["--model", spec.canonical]
+        command += ["--weights", spec.weights] if spec.weights is not None else []
+    command += [
+        "--dataset", options.dataset, "--suite", options.suite, "--n-examples", str(options.n_examples),
+        "--seed", str(options.seed), "--out", str(options.out),
+        "--run-name", run_name(defence.slug, protocol, options), "--no-progress",
+    ]  # fmt: skip
+    flags = list(options.protocols[protocol])
+    return command + _own_surrogate_args(options) + [*flags, *options.extra_args]
+
+
+def _own_surrogate_args(options: AttackOptions) -> list[str]:
+    """``--surrogate``: the baseline (a ``--model`` of the run, so its ``--weights`` serve), none without one,
+    or as given."""
+    if options.surrogate != SURROGATE_CNN:
+        return ["--surrogate", options.surrogate]
+    if options.baseline is None:
+        return ["--surrogate", NO_SURROGATE]
+    return ["--surrogate", options.baseline.canonical]
+
+
 def log_path(defence: str, protocol: str, options: AttackOptions) -> Path:
     """Where one attack command's terminal output goes (``OUT/logs/<run name>.log``)."""
     return options.out / "logs" / f"{run_name(defence, protocol, options)}.log"
 
 
-def attack_gallery(options: AttackOptions) -> list[dict[str, Any]]:
+def attack_gallery(options: AttackOptions, checked: bool = False) -> list[dict[str, Any]]:
     """Run every (defence, protocol) attack command in turn, each one's output into its log file; returns
     (and writes to ``OUT/runs.json``) each run's defence, protocol, folder, command, log and seconds. A
     failing command stops the step with its command line and the end of its log (the runs before it are
-    kept, and it resumes from its chunks)."""
+    kept, and it resumes from its chunks). ``checked``: the caller already ran :func:`check_own_models`."""
     commands = [
         (name, protocol, attack_command(GALLERY[name], protocol, options))
         for name in options.defences
         for protocol in options.protocols
     ]  # every weights file is checked before the first attack
+    if not checked:  # every own model is built (the command line did it before training)
+        check_own_models(options)
+    if options.own and options.baseline is None:
+        log.warning(
+            "gallery: no --baseline: your defences are attacked without a transfer surrogate and the table "
+            "cannot judge them broken or not (it compares a defence with its undefended model)"
+        )
+    commands += [
+        (spec.slug, protocol, own_attack_command(spec, protocol, options))
+        for spec in options.own
+        for protocol in options.protocols
+    ]
     done: list[dict[str, Any]] = []
     for name, protocol, command in commands:
         log_file = log_path(name, protocol, options)
@@ -150,6 +246,7 @@ def attack_gallery(options: AttackOptions) -> list[dict[str, Any]]:
         done.append(
             {"defence": name, "protocol": protocol, "run": str(run_dir(name, protocol, options)),
              "command": shlex.join(command), "log": str(log_file), "seconds": seconds}
+            | ({"baseline": options.baselines[name]} if name in options.baselines else {})
         )  # fmt: skip
         atomic_write_json(options.out / RUNS_JSON, done)
         log.info("gallery: %s (%s) done in %.0f s", name, protocol, seconds)

@@ -16,6 +16,18 @@ CNN's run unless given, with 95 % Wilson intervals:
 * ``checks_naive`` / ``checks_adaptive`` -- the checklist's failed checks: of the naive run, and of the
   adaptive run's adaptive gradient mode (``bpda`` where the run has it, else every mode) with its
   model-wide checks ("" = none failed; NaN = the run has no diagnostics).
+
+A user's own defence (``own``: its record name -> its baseline's, the undefended twin attacked in the same
+runs) is judged against that baseline instead, and on the same images: ``baseline`` names it,
+``baseline_adaptive`` (with its interval) is the twin's adaptive worst case, ``paired_diff`` /
+``paired_low`` / ``paired_high`` / ``paired_p`` the paired comparison of the two per-example worst cases
+(Newcombe's interval, exact McNemar test: :func:`metrics.paired_comparison`), and ``broken`` is the
+verdict's rule (:mod:`robustbench_wave.analysis.verdict`): False when the defence is significantly more
+robust than its twin, True when significantly less or equivalent within ±``EQUIVALENCE_MARGIN`` (TOST), NaN
+when the test cannot decide ("inconclusive": attack more images) -- and NaN, "no baseline", for a defence
+given without one, since nothing then says what its undefended network would score. These columns appear
+only in a table with such a row (the gallery's own table keeps its columns; its rows get ``baseline`` =
+``cnn`` there).
 """
 
 from __future__ import annotations
@@ -25,16 +37,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from robustbench_wave.analysis.formatting import DASH, number
+from robustbench_wave.analysis.formatting import DASH, interval, number, points
+from robustbench_wave.analysis.verdict import VerdictSettings
 from robustbench_wave.attacks import AttackKind, Threat
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, AttackOptions, run_dir
 from robustbench_wave.evaluation.metrics import (
     CLEAN_KIND,
     EPS_TOL,
+    PairedComparison,
     clean_correct,
     declared_reference,
+    paired_comparison,
     reference_eps,
     robust_flags,
     threat_eps,
@@ -55,13 +71,27 @@ HEADERS = {
     "adaptive": "BPDA / EOT (all attacks)",
 }
 
+#: How an own defence is judged against its baseline: the verdict's level and equivalence margin.
+JUDGEMENT = VerdictSettings()
+#: The legend's second line, in a table with own defences.
+OWN_LEGEND = (
+    "a defence of yours (ext-FACTORY-<hash>) is judged against its baseline instead, your undefended model "
+    "attacked in the same runs on the same images (and the transfer attacks' surrogate): vs baseline = the "
+    "paired difference of the two worst cases in points, its 95% Newcombe interval and the exact McNemar p; "
+    "broken = yes when it is significantly less robust or equivalent within "
+    f"±{JUDGEMENT.equivalence_margin * 100:.0f} points (two one-sided tests), no when significantly more "
+    "robust, inconclusive when neither (attack more images); no baseline = given without --baseline: "
+    "nothing says what the undefended network scores, so it is not judged"
+)
+
 GalleryRuns = Mapping[str, Mapping[str, RunFolder]]  # defence -> protocol -> run
 
 
 def load_gallery_runs(options: AttackOptions) -> dict[str, dict[str, RunFolder]]:
-    """Every (defence, protocol) run folder of ``options``, checked by :func:`reporting.runs.load_run`."""
+    """Every (defence, protocol) run folder of ``options`` (an own defence under its record name), checked by
+    :func:`reporting.runs.load_run`."""
     runs: dict[str, dict[str, RunFolder]] = {}
-    for defence in options.defences:
+    for defence in options.names:
         for protocol in (NAIVE, ADAPTIVE):
             path = run_dir(defence, protocol, options)
             if not (path / "records.csv.gz").exists():
@@ -79,11 +109,16 @@ def _accuracy(prefix: str, flags: pd.Series) -> dict[str, float]:
     return {prefix: k / n if n else math.nan, f"{prefix}_low": low, f"{prefix}_high": high}
 
 
-def _records(run: RunFolder, threat: str, eps: float) -> pd.DataFrame:
-    """The run's one model's records; ValueError for a run of several models or without ``eps``."""
+def _records(run: RunFolder, threat: str, eps: float, model: str | None = None) -> pd.DataFrame:
+    """The records of ``model`` (None: the run's one model); ValueError for a run of several models when
+    none is named, a model the run lacks, or a run without ``eps``."""
     records = run.records
     models = records["model"].unique()
-    if len(models) != 1:
+    if model is not None:
+        if model not in models:
+            raise ValueError(f"{run.path} has no records of {model} (it holds {sorted(models)})")
+        records = records[records["model"] == model]
+    elif len(models) != 1:
         raise ValueError(f"{run.path} holds {len(models)} models; a gallery run attacks one defence")
     if not any(abs(e - eps) <= EPS_TOL for e in threat_eps(records, threat)):
         raise ValueError(
@@ -92,10 +127,11 @@ def _records(run: RunFolder, threat: str, eps: float) -> pd.DataFrame:
     return records
 
 
-def failed_checks(run: RunFolder, modes: set[str] | None = None) -> Any:
-    """Names of the run's failed checks (of ``modes`` and the model-wide ones; all when None), sorted and
-    joined by ', '; NaN when the run has no diagnostics."""
-    checks = [c for entry in run.diagnostics for c in entry.get("checks", [])]
+def failed_checks(run: RunFolder, modes: set[str] | None = None, model: str | None = None) -> Any:
+    """Names of the run's failed checks (of ``modes`` and the model-wide ones; all when None; of ``model``
+    alone when given), sorted and joined by ', '; NaN when the run has no diagnostics."""
+    entries = [e for e in run.diagnostics if model is None or e.get("model") == model]
+    checks = [c for entry in entries for c in entry.get("checks", [])]
     if not checks:
         return math.nan
     failed = {
@@ -124,9 +160,11 @@ def _own_breaks(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(correct=rows["correct"].astype(bool) | skipped)
 
 
-def defence_row(naive: RunFolder, adaptive: RunFolder, threat: str, eps: float) -> dict[str, Any]:
-    """One defence's numbers (see the module docstring)."""
-    plain, best = _records(naive, threat, eps), _records(adaptive, threat, eps)
+def defence_row(
+    naive: RunFolder, adaptive: RunFolder, threat: str, eps: float, model: str | None = None
+) -> dict[str, Any]:
+    """One defence's numbers (see the module docstring); ``model``: its records in runs of several models."""
+    plain, best = _records(naive, threat, eps, model), _records(adaptive, threat, eps, model)
     white = plain[
         (plain["grad_mode"] == GradMode.EXACT.value)
         & plain["kind"].isin([CLEAN_KIND, AttackKind.WHITE_BOX.value])
@@ -143,46 +181,122 @@ def defence_row(naive: RunFolder, adaptive: RunFolder, threat: str, eps: float) 
         **_accuracy("adaptive", robust_flags(best, threat, eps)),
         "modes_naive": "+".join(sorted(plain["grad_mode"].unique())),
         "modes_adaptive": "+".join(sorted(best["grad_mode"].unique())),
-        "checks_naive": failed_checks(naive),
-        "checks_adaptive": failed_checks(adaptive, _adaptive_modes(best)),
+        "checks_naive": failed_checks(naive, model=model),
+        "checks_adaptive": failed_checks(adaptive, _adaptive_modes(best), model=model),
     }
 
 
-def build_table(runs: GalleryRuns, threat: str = Threat.LINF.value, eps: float | None = None) -> pd.DataFrame:
-    """The table, one row per defence in gallery order, the undefended CNN first (it sets the reference)."""
-    if UNDEFENDED not in runs:
-        raise ValueError("the table compares every defence with the undefended CNN: attack 'cnn' too")
+def baseline_columns(
+    adaptive: RunFolder, defence: str, baseline: str | None, threat: str, eps: float
+) -> dict[str, Any]:
+    """An own defence's comparison with its baseline in the same adaptive run (see the module docstring)."""
+    if baseline is None:
+        others = sorted(set(adaptive.records["model"]) - {defence})
+        if others:
+            raise ValueError(
+                f"{adaptive.path} also holds {others}: the runs were made with a --baseline; pass it again"
+            )
+        return {
+            "baseline": "",
+            **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)),
+            **_no_pair(),
+            "broken": math.nan,
+        }
+    ours = robust_flags(_records(adaptive, threat, eps, defence), threat, eps)
+    theirs = robust_flags(_records(adaptive, threat, eps, baseline), threat, eps)
+    paired = paired_comparison(ours, theirs)
+    return {
+        "baseline": baseline,
+        **_accuracy("baseline_adaptive", theirs),
+        "paired_diff": paired.diff, "paired_low": paired.ci_low, "paired_high": paired.ci_high,
+        "paired_p": paired.p_value, "broken": judge_broken(paired),
+    }  # fmt: skip
+
+
+def _no_pair() -> dict[str, float]:
+    return dict.fromkeys(("paired_diff", "paired_low", "paired_high", "paired_p"), math.nan)
+
+
+def judge_broken(paired: PairedComparison, settings: VerdictSettings = JUDGEMENT) -> Any:
+    """The verdict's rule for defence (A) vs its undefended twin (B) on the same images: False when the
+    exact test finds the defence more robust, True when it finds it less robust or TOST places the
+    difference within the equivalence margin, NaN when neither decides."""
+    significant = paired.p_value < settings.alpha
+    if significant and paired.diff > 0:
+        return False
+    if significant or paired.equivalence(settings.equivalence_margin, settings.alpha).equivalent:
+        return True
+    return math.nan
+
+
+def build_table(
+    runs: GalleryRuns,
+    threat: str = Threat.LINF.value,
+    eps: float | None = None,
+    own: Mapping[str, str | None] | None = None,
+) -> pd.DataFrame:
+    """The table, one row per defence in gallery order, the undefended CNN first (it sets the reference),
+    then the ``own`` defences (record name -> baseline record name or None), each judged against its
+    baseline in its own runs."""
+    own = dict(own or {})
+    gallery = [d for d in runs if d not in own]
+    if gallery and UNDEFENDED not in runs:
+        raise ValueError("the table compares every gallery defence with the undefended CNN: attack 'cnn' too")
     for defence, protocols in runs.items():
         missing = {NAIVE, ADAPTIVE} - set(protocols)
         if missing:
             raise ValueError(f"{defence} lacks its {', '.join(sorted(missing))} run")
+    if not runs:
+        raise ValueError("no defence to tabulate")
     if eps is None:
-        undefended = runs[UNDEFENDED][ADAPTIVE]
-        eps = reference_eps(undefended.records, threat, declared=declared_reference(undefended.meta))
+        first = UNDEFENDED if UNDEFENDED in runs else next(iter(runs))
+        reference_run = runs[first][ADAPTIVE]
+        eps = reference_eps(reference_run.records, threat, declared=declared_reference(reference_run.meta))
         if eps is None:
-            raise ValueError(f"the undefended CNN's run has no {threat} budget; pass another threat")
-    order = [d for d in GALLERY if d in runs] + [d for d in runs if d not in GALLERY]
+            raise ValueError(f"the run of {first} has no {threat} budget; pass another threat")
+    order = [d for d in GALLERY if d in gallery] + [d for d in gallery if d not in GALLERY] + list(own)
     rows = []
     for defence in order:
         entry = GALLERY.get(defence)
-        rows.append(
-            {
-                "defence": defence,
-                "source": entry.source if entry else "",
-                "broken_by": entry.broken_by if entry else "",
-                "threat": threat,
-                "eps": float(eps),
-                **defence_row(runs[defence][NAIVE], runs[defence][ADAPTIVE], threat, eps),
-            }
-        )
+        naive, adaptive = runs[defence][NAIVE], runs[defence][ADAPTIVE]
+        model = defence if defence in own else None
+        row = {
+            "defence": defence,
+            "source": entry.source if entry else "",
+            "broken_by": entry.broken_by if entry else "",
+            "threat": threat,
+            "eps": float(eps),
+            **defence_row(naive, adaptive, threat, eps, model),
+        }
+        if defence in own:
+            row |= baseline_columns(adaptive, defence, own[defence], threat, eps)
+        rows.append(row)
     table = pd.DataFrame(rows)
     if table["n"].nunique() != 1:
         raise ValueError(f"the runs evaluate different numbers of examples {sorted(table['n'].unique())}")
-    ref = table.set_index("defence").loc[UNDEFENDED]
-    at_most = table["adaptive"] <= ref["adaptive_high"] + EPS_TOL
-    table["within_undefended"] = (table["adaptive"] >= ref["adaptive_low"] - EPS_TOL) & at_most
-    table["broken"] = at_most  # no more robust than the undefended CNN: inside its interval or below it
+    _judge_gallery(table, [d in own for d in order])
     return table
+
+
+def _judge_gallery(table: pd.DataFrame, is_own: list[bool]) -> None:
+    """``within_undefended`` (inside the baseline's interval) of every row with a baseline, and ``broken``
+    of the gallery's rows: no more robust than the undefended CNN (inside its interval or below it)."""
+    if "baseline" not in table:  # the gallery alone: every row against the CNN, as the table always was
+        ref = table.set_index("defence").loc[UNDEFENDED]
+        at_most = table["adaptive"] <= ref["adaptive_high"] + EPS_TOL
+        table["within_undefended"] = (table["adaptive"] >= ref["adaptive_low"] - EPS_TOL) & at_most
+        table["broken"] = at_most
+        return
+    gallery = ~pd.Series(is_own, index=table.index)
+    if gallery.any():  # the gallery's rows name their baseline, the CNN, too
+        ref = table.set_index("defence").loc[UNDEFENDED]
+        table.loc[gallery, "baseline"] = UNDEFENDED
+        for col in ("adaptive", "adaptive_low", "adaptive_high"):
+            table.loc[gallery, f"baseline_{col}"] = ref[col]
+    at_most = table["adaptive"] <= table["baseline_adaptive_high"] + EPS_TOL
+    within = (table["adaptive"] >= table["baseline_adaptive_low"] - EPS_TOL) & at_most
+    table["within_undefended"] = within.astype(object).where(table["baseline"] != "", math.nan)
+    table["broken"] = table["broken"].astype(object).where(~gallery, at_most)
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -194,13 +308,35 @@ def _checks_cell(value: Any) -> str:
     return f"yes ({len(value.split(', '))})" if value else "no"
 
 
+def _broken_cell(value: Any, baseline: str) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    return "inconclusive" if baseline else "no baseline"
+
+
+def _paired_cell(row: pd.Series) -> str:
+    """'+12.5 [+3.1, +21.0] p = 0.01': the paired difference in points, its interval and the exact p."""
+    if pd.isna(row["paired_diff"]):
+        return DASH
+    diff = points(row["paired_diff"], unit="")
+    return f"{diff} {interval(row['paired_low'], row['paired_high'])} p = {row['paired_p']:.2g}"
+
+
 def formatted(table: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
     """Strings for reading: accuracies as '% ± half-width of the Wilson interval', flags as yes (count) / no."""
     out = pd.DataFrame({"defence": table["defence"], "source": table["source"]})
     for col in ACCURACIES:
         half = (table[f"{col}_high"] - table[f"{col}_low"]) / 2
         out[HEADERS[col]] = [number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table[col], half)]
-    out["broken"] = ["yes" if w else "no" for w in table["broken"]]
+    if "baseline" in table:  # a table with own defences: each row's baseline and the paired comparison
+        out["baseline"] = [b or DASH for b in table["baseline"]]
+        half = (table["baseline_adaptive_high"] - table["baseline_adaptive_low"]) / 2
+        out["baseline BPDA / EOT"] = [
+            number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table["baseline_adaptive"], half)
+        ]
+        out["vs baseline (paired)"] = [_paired_cell(row) for _, row in table.iterrows()]
+    bases = table["baseline"] if "baseline" in table else pd.Series(UNDEFENDED, index=table.index)
+    out["broken"] = [_broken_cell(w, b) for w, b in zip(table["broken"], bases)]
     out["flagged naive"] = [_checks_cell(v) for v in table["checks_naive"]]
     out["flagged adaptive"] = [_checks_cell(v) for v in table["checks_adaptive"]]
     return out
@@ -209,7 +345,8 @@ def formatted(table: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
 def title(table: pd.DataFrame, dataset: str = "", suite: str = "") -> str:
     """One line: data, n, threat and budget, suite."""
     first = table.iloc[0]
-    parts = [f"Defences known to be broken{' on ' + dataset if dataset else ''} (n = {first['n']})"]
+    what = "Defences, naive vs adaptive" if "baseline" in table else "Defences known to be broken"
+    parts = [f"{what}{' on ' + dataset if dataset else ''} (n = {first['n']})"]
     parts.append(f"worst case at {first['threat']} eps = {first['eps']:g}")
     if suite:
         parts.append(f"suite {suite}")
@@ -225,6 +362,8 @@ def render_text(table: pd.DataFrame, heading: str) -> str:
         "and gradient mode of the adaptive run; broken = no more robust than the undefended CNN (inside its interval or below it); "
         "flagged = checks of the gradient-masking checklist that failed (gallery.csv names them)"
     )
+    if "baseline" in table:
+        lines.append(OWN_LEGEND)
     return "\n".join(lines) + "\n"
 
 
