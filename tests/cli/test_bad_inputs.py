@@ -720,7 +720,7 @@ CASES = [
     Case(
         "a-ext-image-size-the-model-cannot-take",
         "attack",
-        ("cannot take", "(1, 32, 32)"),
+        ("cannot take", "1x32x32"),
         _ext("linear", **{"--img-size": "16"}),
         setup=_both(EXT_FILE, _tensors(WEIGHTS, {"2.weight": (10, 16), "2.bias": (10,)})),
     ),
