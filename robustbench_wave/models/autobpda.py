@@ -197,7 +197,7 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, smooth: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         ctx.dtype = smooth.dtype
-        return value.view_as(value)
+        return value.clone()  # not a view: the model may write into it in place (``y[y > t] = 1``)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
+from robustbench_wave.attacks import parse_suite
+from robustbench_wave.evaluation import EvalSettings, evaluate, metrics
 from robustbench_wave.models import autobpda as ab
 from robustbench_wave.models.frontend import GradMode, grad_mode
 from robustbench_wave.models.gallery import (
@@ -25,7 +28,7 @@ from robustbench_wave.models.gallery import (
     StochasticActivationPruning,
     ThermometerEncoding,
 )
-from tests.support.attack_models import toy_data
+from tests.support.attack_models import labelled, teacher, toy_data
 from tests.support.autobpda_models import Transform, defended, linear_head
 from tests.support.constructions import CONSTRUCTIONS, NOTHING_TO_FIND, bernoulli_of_detached
 
@@ -182,3 +185,47 @@ def test_the_gallery_defences_keep_their_forward_and_their_bpda_mode(name: str) 
         plain = model(x)
     with torch.enable_grad(), ab.straight_through(model):
         assert torch.equal(model(x.clone().requires_grad_(True)).detach(), plain)
+
+
+# ------------------------------------------------------------------------------------------- end to end
+
+E2E = {  # construction -> its exact gradient is masked (the attack needs the bpda mode)
+    "setitem_threshold": False,
+    "remainder": True,
+    "function_zero_backward": True,
+    "bucketize": True,
+    "lookup_table": True,
+    "steep_sigmoid": False,
+    "scaled_threshold": False,  # a binarised image: robust accuracy under exact gradients is its clean one
+}
+GRID = [0.03, 0.06, 0.1]  # reference budget (lower middle): 0.06
+
+
+def _robust(records: pd.DataFrame, mode: str) -> tuple[float, int]:
+    rows = records[records["grad_mode"] == mode]
+    return metrics.robust_accuracy(rows, "Linf", metrics.reference_eps(rows, "Linf"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(E2E))
+def test_the_builtin_pgd_suite_through_the_rule_brings_the_defence_to_its_twin(name: str) -> None:
+    case, head = CONSTRUCTIONS[name], teacher()
+    twin = defended(Transform(case.twin), head)
+    x = toy_data(200, seed=4)
+    y = labelled(twin, x)
+    pgd = {"name": "pgd", "family": "pgd", "threat": "Linf", "steps": 20, "rel_step_size": 0.125}
+    suite = parse_suite(
+        {"eps": {"default": {"Linf": GRID}}, "attack": [{"name": "clean", "family": "clean"}, pgd]}
+    )
+    model = ab.auto_bpda(defended(Transform(case.defence), head), x)
+    twin_records = evaluate(twin, x, y, suite, EvalSettings(model_name="twin"), progress=False).records
+    result = evaluate(model, x, y, suite, EvalSettings(model_name="defended"), progress=False)
+    assert result.meta["models"]["defended"]["grad_modes"] == ["exact", "bpda"]
+    acc, n = _robust(twin_records, "exact")
+    low, high = metrics.wilson_interval(acc * n, n)
+    rows = result.records
+    worst, _ = metrics.robust_accuracy(rows, "Linf", metrics.reference_eps(rows, "Linf"))  # over both modes
+    exact, _ = _robust(result.records, "exact")
+    assert worst <= high, (name, worst, (low, high), exact)
+    if E2E[name]:
+        assert exact > high + 0.1, (name, exact, high)  # masked: exact gradients alone would not get there

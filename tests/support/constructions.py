@@ -45,8 +45,14 @@ def identity(x: torch.Tensor) -> torch.Tensor:
 
 def setitem_threshold(x: torch.Tensor) -> torch.Tensor:
     y = x.clone()
-    y[y > 0.5] = 1.0
+    y[y > 0.9] = 1.0  # highlights clipped: a small change of the image
     return y
+
+
+def setitem_after_round(x: torch.Tensor) -> torch.Tensor:
+    y = torch.round(x * 8)  # a straight-through result, then written into in place
+    y[y > 4] = 4
+    return y / 8
 
 
 def masked_fill_in_place(x: torch.Tensor) -> torch.Tensor:
@@ -129,11 +135,11 @@ BOUNDARIES = torch.linspace(0, 1, 9)  # 8 bins of width 1/8 (and one above 1)
 
 
 def bucketized(x: torch.Tensor) -> torch.Tensor:
-    return torch.bucketize(x, BOUNDARIES).float() / 8
+    return (torch.bucketize(x, BOUNDARIES).float() - 1) / 8  # each bin's lower edge
 
 
 def searchsorted(x: torch.Tensor) -> torch.Tensor:
-    return torch.searchsorted(BOUNDARIES, x.contiguous()).float() / 8
+    return (torch.searchsorted(BOUNDARIES, x.contiguous()).float() - 1) / 8
 
 
 # ---------------------------------------------------------------------------------------- one-hot indices
@@ -294,6 +300,7 @@ ST, UN = ab.STRAIGHT_THROUGH, ab.UNHANDLED
 #: Every construction of issue 30 (and the deliberate ones that must stay exact).
 CONSTRUCTIONS: dict[str, Construction] = {
     "setitem_threshold": Construction(setitem_threshold, ab.MASKED_ASSIGNMENT, ST, identity),
+    "setitem_after_round": Construction(setitem_after_round, ab.MASKED_ASSIGNMENT, ST, identity),
     "masked_fill_": Construction(masked_fill_in_place, ab.MASKED_ASSIGNMENT, ST, identity),
     "masked_fill": Construction(lambda x: x.masked_fill(x < 0.3, 0.0), ab.MASKED_ASSIGNMENT, ST, identity),
     "index_put_": Construction(index_put_in_place, ab.MASKED_ASSIGNMENT, ST, identity),
