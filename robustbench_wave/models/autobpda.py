@@ -14,14 +14,43 @@ parameters frozen, they are the ones that require grad) and notes each operation
 * the input leaving torch (``numpy``, ``tolist``): no gradient can come back, and the report says so.
 
 In the ``bpda`` mode (:class:`AutoBPDA`, switched by :func:`~robustbench_wave.models.frontend.grad_mode`)
-the same forward runs under that mode, which keeps every value and gives each such operation a
-straight-through backward: the identity for rounding, quantisation, casts and ``detach`` (``round(x)``
-back-propagates as ``x``), the signed difference for a comparison (``a > b`` as ``a - b``), the softmax for
-``one_hot(argmax(z))``, the true quotient for rounding division. A discrete result that only gates values
-which carry the gradient anyway (``x * (x > t)``, a top-k mask) is left alone: its exact gradient is the
-useful one. A module may bring its own smooth approximation instead: a method ``bpda_approximation(*inputs)``
-returning a tensor shaped like its output is what that output back-propagates through in ``bpda`` mode (its
-values stay the exact forward's, and the automatic rules stay out of it).
+the same forward runs under that mode, which keeps every value bit for bit and gives each such operation a
+straight-through backward (the table in ``docs/bring-your-own-model.md`` lists each rule and why):
+
+* the identity for rounding, quantisation, casts and ``detach`` (``round(x)`` back-propagates as ``x``),
+  the true quotient for rounding division, and ``x`` for ``x - remainder(x, q)`` (``fmod``, ``%``,
+  ``frac``: a rounding written with the residue, whose exact gradient is zero);
+* scale-aware slopes where the op's output range differs from its input's: a comparison ``a > b`` as
+  ``(a - b) / spread``, ``sign(z)`` as ``2 z / spread`` (spread: max - min over each example, so a
+  threshold on ``50 x`` gets the gradient of one on ``x``); ``bucketize`` / ``searchsorted`` as the input
+  over the width of the bin it fell in; a constant 1-D lookup table at an index cut from the input
+  (``lut[(255 x).long()]``) as the table's piecewise-linear interpolation; ``sigmoid`` / ``tanh`` /
+  ``clamp`` saturated on most of an example as the line from the input's range onto the output's;
+* the softmax (at the temperature of the scores' spread) for ``one_hot`` of ``argmax`` / ``max`` indices,
+  successive softmaxes over the scores not yet picked for ``one_hot`` of ``topk`` indices;
+* the identity through a masked assignment (``x[x > t] = v``, ``masked_fill``, ``index_put`` at a mask cut
+  from the input, of values without gradient): the field's rule for thresholding defences;
+* the expectation for ``bernoulli(p)`` / ``poisson(rate)``, with the forward's own draw: no random op is
+  ever run twice, so the backward sees the draws the forward used and the random stream is the plain
+  forward's. A draw from a value ``detach``-ed right before it (stochastic activation pruning) is the
+  author's randomness, not a function, and gets no rule;
+* numbers taken out with ``.item()`` and brought back by ``full_like`` / ``new_full`` / ``torch.tensor``
+  back-propagate into the tensors they came from; ``new_tensor(y)`` / ``torch.tensor(y)`` into ``y``;
+* a user's ``torch.autograd.Function`` (its ``apply`` is routed through the tracer while the mode is on:
+  torch function modes do not see it) runs as a whole; its backward is checked once on the probe against a
+  finite difference of its forward: kept when sound or the identity (the author's own straight-through),
+  replaced by the identity when zero, missing or wrong.
+
+A discrete result that only gates values which carry the gradient anyway (``x * (x > t)``, a top-k mask, a
+``.item()`` number as an operand) is left alone: its exact gradient is the useful one. A cut result that
+reaches the logits with no rule on its way (``==`` on a rounded value: a bump's slope at its peak is zero),
+a number from ``.item()`` that never comes back into a tensor, a custom Function without a shape-matching
+input: each is a finding whose rule is :data:`UNHANDLED`, listed by ``GradientPath.to_dict()["unhandled"]``,
+said by the summary and logged as a warning. The ``bpda`` mode is offered only where a rule changes the
+probe's input gradient (the scan compares both from the same random state). A module may bring its own
+smooth approximation instead: a method ``bpda_approximation(*inputs)`` returning a tensor shaped like its
+output is what that output back-propagates through in ``bpda`` mode (its values stay the exact forward's,
+and the automatic rules stay out of it).
 """
 
 from __future__ import annotations
@@ -528,7 +557,8 @@ class Tracer(TorchFunctionMode):
             return None
         with torch.enable_grad():
             z = z if largest else -z
-            z = z / z.detach().std(dim, keepdim=True).clamp_min(1e-12)
+            spread = torch.nan_to_num(z.detach().std(dim, keepdim=True), nan=1.0)  # nan: one score
+            z = z / spread.clamp_min(1e-12)
             if name != "topk":
                 return torch.softmax(z, dim=dim).movedim(dim, -1)
             picks = _tensors(plain)[-1]
@@ -591,7 +621,11 @@ class Tracer(TorchFunctionMode):
 
     def _custom_function(self, cls: type, apply: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         plain = apply(*args, **kwargs)
-        inputs = [t for t in _tensors((args, kwargs)) if t.requires_grad and t.is_floating_point()]
+        inputs = [
+            t
+            for t in _tensors((args, kwargs))
+            if t.requires_grad and t.is_floating_point() and id(t) not in self._parameters
+        ]
         cut = frozenset().union(*(i.origins for t in _tensors((args, kwargs)) if (i := self.lookup(t))))
         if not isinstance(plain, torch.Tensor) or not plain.is_floating_point() or not inputs:
             if cut:
