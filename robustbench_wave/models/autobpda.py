@@ -138,6 +138,9 @@ _RESIDUES = {"remainder", "fmod", "frac", "__mod__"}
 _SUBTRACT = {"sub", "subtract", "__sub__"}
 #: Ops that saturate, with their output range (``clamp``'s from its bounds).
 _SATURATING = {"sigmoid": 1.0, "tanh": 2.0, "clamp": None, "clip": None, "hardtanh": None}
+#: A tensor made into a Python number (``x.mean().item()``, ``float(x.max())``); not ``__bool__``, which
+#: steers control flow (``if torch.isnan(x).any()``) rather than values.
+_TO_PYTHON = {"item", "__float__", "__int__", "__index__"}
 #: Factories that make a tensor of values given as Python numbers or another tensor's data.
 _FACTORIES = {"tensor", "as_tensor", "scalar_tensor", "new_tensor", "full", "full_like", "new_full"}
 #: Ops whose further tensor arguments give only a shape, dtype or device (``view_as(other)``, ``to(other)``).
@@ -593,7 +596,7 @@ class Tracer(TorchFunctionMode):
             return plain
         if name in _SUBTRACT and len(args) > 1 and "alpha" not in kwargs:
             return self._quantised(func, args, kwargs, before)
-        if name == "item" and (first.requires_grad or self.lookup(first) is not None):
+        if name in _TO_PYTHON and (first.requires_grad or self.lookup(first) is not None):
             plain = func(*args, **kwargs)
             origins = before | {self.origin(PYTHON_NUMBER, shown)}
             if isinstance(plain, float):  # ints are cached by Python: their identity says nothing

@@ -108,6 +108,11 @@ def per_image_mean_twin(x: torch.Tensor) -> torch.Tensor:
     return x.mean((1, 2, 3), keepdim=True).expand_as(x)
 
 
+def floats_new_tensor(x: torch.Tensor) -> torch.Tensor:
+    means = x.new_tensor([float(m) for m in x.flatten(1).mean(1)])
+    return means.view(-1, 1, 1, 1).expand_as(x)
+
+
 def new_tensor_copy(x: torch.Tensor) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's advice to use detach().clone()
@@ -310,6 +315,7 @@ CONSTRUCTIONS: dict[str, Construction] = {
     "frac": Construction(frac_floor, ab.RESIDUE, ST, identity),
     "item_full_like": Construction(item_full_like, ab.PYTHON_NUMBER, ST, mean_twin),
     "tensor_of_items": Construction(tensor_of_items, ab.PYTHON_NUMBER, ST, per_image_mean_twin),
+    "floats_new_tensor": Construction(floats_new_tensor, ab.PYTHON_NUMBER, ST, per_image_mean_twin),
     "new_tensor": Construction(new_tensor_copy, ab.NEW_TENSOR, ST, identity),
     "item_lost": Construction(item_then_arithmetic, ab.PYTHON_NUMBER, UN, None, bpda=False, op="Tensor.item"),
     "lookup_table": Construction(lookup_table, ab.LOOKUP, ST, square, exact=False),
