@@ -124,9 +124,9 @@ _DETACH = {"detach", "data"}
 _LEAVES = {"numpy", "tolist", "__array__"}
 #: Ops that draw from a generator: never run a second time (the backward must see the forward's draws).
 _RANDOM = {
-    "bernoulli", "multinomial", "normal", "poisson", "binomial", "rrelu", "dropout", "dropout1d", "dropout2d",
-    "dropout3d", "alpha_dropout", "feature_alpha_dropout", "uniform_", "normal_", "bernoulli_", "exponential_",
-    "cauchy_", "log_normal_", "geometric_", "random_",
+    "bernoulli", "multinomial", "gumbel_softmax", "normal", "poisson", "binomial", "rrelu", "dropout",
+    "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "uniform_", "normal_",
+    "bernoulli_", "exponential_", "cauchy_", "log_normal_", "geometric_", "random_",
 }  # fmt: skip
 _DROPOUT = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"}
 #: Draws whose straight-through is their expectation (``bernoulli(p)`` back-propagates as ``p``).
@@ -283,6 +283,25 @@ class _NoRule(Exception):
     """A tracked tensor without a straight-through stand-in is an argument: this op gets no rule."""
 
 
+@dataclass(frozen=True)
+class _RandomState:
+    """torch's CPU generator state and those of the CUDA devices given (compared by value)."""
+
+    cpu: bytes
+    cuda: tuple[tuple[torch.device, bytes], ...]
+
+
+def _random_state(*devices: torch.device) -> _RandomState:
+    cuda = tuple((d, bytes(torch.cuda.get_rng_state(d).numpy())) for d in devices if d.type == "cuda")
+    return _RandomState(bytes(torch.get_rng_state().numpy()), cuda)
+
+
+def _restore(state: _RandomState) -> None:
+    torch.set_rng_state(torch.frombuffer(bytearray(state.cpu), dtype=torch.uint8))
+    for device, value in state.cuda:
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(value), dtype=torch.uint8), device)
+
+
 _PASS = object()  # no construction rule applies: the op goes through the ordinary rules
 
 
@@ -332,6 +351,10 @@ def _bounds(name: str, args: tuple, kwargs: dict) -> tuple[float, float] | None:
     return (float(lo), float(hi)) if numbers and hi > lo else None
 
 
+#: A number taken out of torch (``.item()``), the tensor it came from (its stand-in) and its origins.
+_Number = tuple[Any, torch.Tensor | None, frozenset[int]]
+
+
 class Tracer(TorchFunctionMode):
     """One forward pass's straight-through mode: follows the tensors computed from the input, notes every
     operation that stops their gradient (:attr:`origins`) and gives it a straight-through backward (the
@@ -345,9 +368,7 @@ class Tracer(TorchFunctionMode):
         self.suspended = 0  # inside a module with its own bpda_approximation, or a custom autograd.Function
         self._tracked: dict[int, tuple[weakref.ref, _Tracked]] = {}
         self._residues: dict[int, tuple[weakref.ref, torch.Tensor, str]] = {}  # remainder(x): (r, x, op)
-        self._numbers: dict[
-            int, tuple[Any, torch.Tensor | None, frozenset[int]]
-        ] = {}  # .item(): (v, x, origins)
+        self._numbers: dict[int, _Number] = {}  # by id of the number
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None
@@ -429,11 +450,10 @@ class Tracer(TorchFunctionMode):
         if name in _LEAVES:
             self.note(before | ({self.origin(LEAVES_TORCH, shown)} if derived else set()), LOST)
             return plain
-        if (
-            not zero and derived and _carries_gradient(plain)
-        ):  # the gradient passes; a discrete by-product waits
+        # the gradient passes here; a discrete by-product waits
+        if not zero and derived and _carries_gradient(plain):
             self.note(before, GATE)
-            for t in _tensors(plain) if derived else ():
+            for t in _tensors(plain):
                 if not t.is_floating_point():
                     origin = frozenset({self.origin(_kind(name, kwargs), shown)})
                     self._track(t, _Tracked(origin, None, self._soft(name, args, kwargs, plain)))
@@ -487,10 +507,17 @@ class Tracer(TorchFunctionMode):
             return info.soft if info is not None else None
         if _random(name, args, kwargs):  # never drawn twice: the expectation, or no rule
             return self._expectation(args[0]) if _expectation_draw(name, args, kwargs) else None
+        devices = {t.device for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
+        state = _random_state(*devices)
         try:
             with torch.enable_grad():
                 out = self._counterpart(func, name, *self._stand_ins((args, kwargs)))
         except Exception:  # no rule: a stand-in the op refuses (an index, a dtype), or none at all
+            return None
+        finally:
+            drew = _random_state(*devices) != state
+            _restore(state)
+        if drew:  # an op that draws and is not in _RANDOM: its second draw is no backward of the first
             return None
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
             return out
@@ -690,7 +717,7 @@ class Tracer(TorchFunctionMode):
         self.note(before | {self.origin(RESIDUE, entry[2])}, STRAIGHT_THROUGH)
         return replaced
 
-    def _numbers_in(self, tree: Any) -> list[tuple[Any, torch.Tensor | None, frozenset[int]]]:
+    def _numbers_in(self, tree: Any) -> list[_Number]:
         """The numbers taken out with ``.item()`` among an op's arguments, in argument order."""
         found = []
         for a in tree_flatten(tree)[0]:
@@ -699,7 +726,9 @@ class Tracer(TorchFunctionMode):
                 found.append(entry)
         return found
 
-    def _numbers_back(self, func: Callable[..., Any], args: tuple, kwargs: dict, numbers: list) -> Any:
+    def _numbers_back(
+        self, func: Callable[..., Any], args: tuple, kwargs: dict, numbers: list[_Number]
+    ) -> Any:
         """``full_like(x, v)``, ``torch.tensor([v, w])``, ``new_full`` ... of numbers from ``.item()``: the
         result back-propagates into the tensors they came from (one number fills the result; several fill
         it in order when they are all its values); unhandled otherwise."""
@@ -1062,17 +1091,6 @@ def _input_gradient(
     return (grad if grad is not None and bool(grad.ne(0).any()) else None), tracer
 
 
-def _random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return torch.get_rng_state(), cuda
-
-
-def _restore(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
-
-
 def scan(model: nn.Module, probe: torch.Tensor) -> GradientPath:
     """The operations on ``model``'s input path that stop its gradient, found on the first rows of
     ``probe`` (images in [0, 1]), and whether a gradient reaches the input exactly and in bpda mode, and
@@ -1081,7 +1099,7 @@ def scan(model: nn.Module, probe: torch.Tensor) -> GradientPath:
     with _probing(model, x.device):
         state = _random_state(x.device)
         exact, _ = _input_gradient(model, x, trace=False)
-        _restore(state, x.device)
+        _restore(state)
         bpda, tracer = _input_gradient(model, x, trace=True)
     changes = bpda is not None and (exact is None or not _close(bpda, exact))
     return GradientPath(_findings(tracer), exact is not None, bpda is not None, bpda_changes=changes)

@@ -140,6 +140,10 @@ RANDOMISED = {
     "sap": _sap,
     "resize_pad": lambda: Defended(RandomResizePad(8, 10), SmallCNN(3, 1, width=4)).eval(),
     "bernoulli_of_rounded": lambda: defended(Transform(CONSTRUCTIONS["bernoulli_of_rounded"].defence)),
+    "unlisted_draw": lambda: defended(  # fractional max pooling draws its windows: not in autobpda's list
+        Transform(lambda x: F.fractional_max_pool2d((x > 0.5).float(), 2, output_size=(4, 4))),
+        linear_head(dim=16),
+    ),
     "noisy_round": lambda: defended(
         Transform(lambda x: torch.round(8 * (x + 0.05 * torch.randn_like(x))) / 8)
     ),
