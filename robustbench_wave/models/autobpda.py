@@ -306,14 +306,16 @@ _PASS = object()  # no construction rule applies: the op goes through the ordina
 
 
 def _example_dims(t: torch.Tensor) -> tuple[int, ...]:
-    """The dimensions of one example (all but the first; all of a 1-D tensor)."""
-    return tuple(range(1, t.dim())) if t.dim() >= 2 else tuple(range(t.dim()))
+    """The dimensions of one example: all but the first (a tensor of at least two dimensions)."""
+    return tuple(range(1, t.dim()))
 
 
 def _per_example_scaled(d: torch.Tensor) -> torch.Tensor:
     """``d`` divided by its spread (max - min) over each example (detached; 1 where it is flat): the slope that
-    maps the input's range onto a unit step, so a threshold's gradient does not depend on its input's scale."""
-    if not isinstance(d, torch.Tensor) or d.dim() == 0:
+    maps the input's range onto a unit step, so a threshold's gradient does not depend on its input's scale.
+    A tensor of fewer than two dimensions (one number per example, or none) keeps the unit slope: a spread
+    over the batch would make each example's gradient depend on the others."""
+    if not isinstance(d, torch.Tensor) or d.dim() < 2:
         return d
     dims = _example_dims(d)
     with torch.no_grad():
@@ -776,8 +778,7 @@ class Tracer(TorchFunctionMode):
         if (
             info is None
             or info.surrogate is None
-            or index.is_floating_point()
-            or index.dtype == torch.bool
+            or index.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8)  # uint8, bool: masks
             or table.requires_grad
             or self.lookup(table) is not None
             or table.dim() != 1
@@ -809,7 +810,7 @@ class Tracer(TorchFunctionMode):
         (scale-aware identity); the others keep the exact gradient."""
         z = args[0]
         bounds = _bounds(name, args, kwargs)
-        if bounds is None or z.dim() == 0:
+        if bounds is None or z.dim() < 2:  # one number per example: no spread to measure saturation on
             return _PASS
         lo, hi = bounds
         with torch.no_grad():

@@ -233,3 +233,21 @@ def test_the_builtin_pgd_suite_through_the_rule_brings_the_defence_to_its_twin(n
     assert worst <= high, (name, worst, (low, high), exact)
     if E2E[name]:
         assert exact > high + 0.1, (name, exact, high)  # masked: exact gradients alone would not get there
+
+
+SCALE_AWARE = ["scaled_threshold", "sign", "steep_sigmoid", "steep_clamp", "one_hot_max", "one_hot_topk"]
+
+
+@pytest.mark.parametrize("name", SCALE_AWARE)
+def test_a_scale_aware_rule_measures_each_example_on_its_own(name: str) -> None:
+    model = ab.auto_bpda(defended(Transform(CONSTRUCTIONS[name].defence)), X)
+
+    def gradient(x: torch.Tensor) -> torch.Tensor:
+        xr = x.clone().requires_grad_(True)
+        with grad_mode(model, "bpda"):
+            (grad,) = torch.autograd.grad(_loss(model(xr)), xr)
+        return grad
+
+    whole = gradient(X)
+    assert torch.allclose(whole[:2], gradient(X[:2]), atol=1e-7)
+    assert torch.allclose(whole[3:], gradient(X[3:]), atol=1e-7)
