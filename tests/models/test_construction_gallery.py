@@ -79,8 +79,8 @@ def test_each_construction_gets_its_rule_or_an_unhandled_finding(name: str) -> N
 
 @pytest.mark.parametrize("name", sorted(CONSTRUCTIONS))
 def test_the_bpda_forward_is_the_plain_forward_bit_for_bit(name: str) -> None:
-    model = ab.AutoBPDA(defended(Transform(CONSTRUCTIONS[name].defence)), ab.scan(defended(Transform(
-        CONSTRUCTIONS[name].defence)), X))  # fmt: skip
+    plain_model = defended(Transform(CONSTRUCTIONS[name].defence))
+    model = ab.AutoBPDA(plain_model, ab.scan(plain_model, X))
     model.modes = (GradMode.EXACT, GradMode.BPDA)  # run the bpda forward even where it is not offered
     torch.manual_seed(1)
     with torch.no_grad():

@@ -109,7 +109,9 @@ def per_image_mean_twin(x: torch.Tensor) -> torch.Tensor:
 
 
 def floats_new_tensor(x: torch.Tensor) -> torch.Tensor:
-    means = x.new_tensor([float(m) for m in x.flatten(1).mean(1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's advice to detach before float()
+        means = x.new_tensor([float(m) for m in x.flatten(1).mean(1)])
     return means.view(-1, 1, 1, 1).expand_as(x)
 
 
