@@ -1028,7 +1028,9 @@ class GradientPath:
             exact = "reach" if self.exact_gradient else "do not reach"
             return f"{ops}; exact gradients {exact} the input, the bpda mode goes straight through them"
         return (
-            f"{ops}; the gradient passes around them, so exact gradients only" if ops else "exact gradients"
+            f"{ops}; no rule changes the input's gradient, so exact gradients only"
+            if ops
+            else "exact gradients"
         )
 
     def to_dict(self) -> dict[str, Any]:
