@@ -843,7 +843,7 @@ class Tracer(TorchFunctionMode):
 _VERDICTS: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
 _ACTIVE: list[Tracer] = []  # the tracers of the open straight_through blocks, innermost last
 _APPLY = torch.autograd.Function.__dict__["apply"]
-_OWN: tuple[type, ...] = ()  # this module's own Functions (set below): never checked
+_OWN = (_StraightThrough, _InPlaceStraightThrough)  # this module's own Functions: never checked
 
 
 def _backward_verdict(
@@ -909,9 +909,6 @@ def _functions_seen(tracer: Tracer) -> Iterator[None]:
         _ACTIVE.remove(tracer)
         if not _ACTIVE:
             torch.autograd.Function.apply = _APPLY  # type: ignore[method-assign]
-
-
-_OWN = (_StraightThrough, _InPlaceStraightThrough)
 
 
 # ------------------------------------------------------------------------------------------- bpda mode
