@@ -227,9 +227,11 @@ class _StraightThrough(torch.autograd.Function):
     """Forward ``value`` unchanged, backward into ``smooth`` (same shape): BPDA without rounding error."""
 
     @staticmethod
-    def forward(ctx: Any, smooth: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, smooth: torch.Tensor, value: list[torch.Tensor]) -> torch.Tensor:
         ctx.dtype = smooth.dtype
-        return value.clone()  # not a view: the model may write into it in place (``y[y > t] = 1``)
+        # handed in a list, so the output is no input returned as-is (a view to torch): the model may write
+        # into it in place (``y[y > t] = 1``), and nothing is copied
+        return value[0]
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -256,7 +258,7 @@ def straight(value: torch.Tensor, smooth: torch.Tensor | None) -> torch.Tensor |
         return None
     value = value if value.is_floating_point() else value.to(smooth.dtype)
     with torch.enable_grad():
-        return _StraightThrough.apply(smooth, value.detach())
+        return _StraightThrough.apply(smooth, [value.detach()])
 
 
 @dataclass
@@ -302,6 +304,22 @@ def _restore(state: _RandomState) -> None:
         torch.cuda.set_rng_state(torch.frombuffer(bytearray(value), dtype=torch.uint8), device)
 
 
+class _Drew(Exception):
+    """An op run again on the stand-ins drew from a generator: its result is no backward of the first draw."""
+
+
+def _without_draws(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)`` for an op not known to be deterministic; one that draws (and is not in
+    ``_RANDOM``) has the random state put back and raises :class:`_Drew` (no rule)."""
+    devices = {t.device for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
+    state = _random_state(*devices)
+    out = func(*args, **kwargs)
+    if _random_state(*devices) != state:
+        _restore(state)
+        raise _Drew(op_names(func)[1])
+    return out
+
+
 _PASS = object()  # no construction rule applies: the op goes through the ordinary rules
 
 
@@ -310,18 +328,19 @@ def _example_dims(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(range(1, t.dim()))
 
 
-def _per_example_scaled(d: torch.Tensor) -> torch.Tensor:
-    """``d`` divided by its spread (max - min) over each example (detached; 1 where it is flat): the slope that
-    maps the input's range onto a unit step, so a threshold's gradient does not depend on its input's scale.
-    A tensor of fewer than two dimensions (one number per example, or none) keeps the unit slope: a spread
-    over the batch would make each example's gradient depend on the others."""
+def _per_example_slope(d: torch.Tensor) -> torch.Tensor | float:
+    """1 / the spread (max - min) of ``d`` over each example (detached; 1 where it is flat), shaped to
+    broadcast against ``d``: the slope that maps the input's range onto a unit step, so a threshold's
+    gradient does not depend on its input's scale. A tensor of fewer than two dimensions (one number per
+    example, or none) keeps the unit slope: a spread over the batch would make each example's gradient
+    depend on the others."""
     if not isinstance(d, torch.Tensor) or d.dim() < 2:
-        return d
-    dims = _example_dims(d)
+        return 1.0
     with torch.no_grad():
-        spread = d.amax(dims, keepdim=True) - d.amin(dims, keepdim=True)
-        spread = torch.where(spread > 0, spread, torch.ones_like(spread))
-    return d / spread
+        low, high = torch.aminmax(d.detach().flatten(1), dim=1)
+        spread = high - low
+        slope = torch.where(spread > 0, 1 / spread, torch.ones_like(spread))
+    return slope.view(-1, *[1] * (d.dim() - 1))
 
 
 def _bin_index(func: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> torch.Tensor | None:
@@ -371,6 +390,7 @@ class Tracer(TorchFunctionMode):
         self._tracked: dict[int, tuple[weakref.ref, _Tracked]] = {}
         self._residues: dict[int, tuple[weakref.ref, torch.Tensor, str]] = {}  # remainder(x): (r, x, op)
         self._numbers: dict[int, _Number] = {}  # by id of the number
+        self._slopes: dict[int, tuple[weakref.ref, torch.Tensor | float]] = {}  # by id of the tensor
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None
@@ -425,6 +445,15 @@ class Tracer(TorchFunctionMode):
         self.note(
             [i for i, o in enumerate(self.origins) if o.kind == PYTHON_NUMBER and not o.statuses], UNHANDLED
         )
+
+    def _slope(self, t: torch.Tensor) -> torch.Tensor | float:
+        """:func:`_per_example_slope` of ``t``, once per tensor (a thermometer compares one input 16 times)."""
+        entry = self._slopes.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        slope = _per_example_slope(t)
+        self._slopes[id(t)] = (weakref.ref(t), slope)
+        return slope
 
     def _stand_in(self, t: Any) -> torch.Tensor | None:
         """What ``t`` back-propagates through: itself when it carries the gradient, else its stand-in."""
@@ -509,17 +538,10 @@ class Tracer(TorchFunctionMode):
             return info.soft if info is not None else None
         if _random(name, args, kwargs):  # never drawn twice: the expectation, or no rule
             return self._expectation(args[0]) if _expectation_draw(name, args, kwargs) else None
-        devices = {t.device for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
-        state = _random_state(*devices)
         try:
             with torch.enable_grad():
                 out = self._counterpart(func, name, *self._stand_ins((args, kwargs)))
-        except Exception:  # no rule: a stand-in the op refuses (an index, a dtype), or none at all
-            return None
-        finally:
-            drew = _random_state(*devices) != state
-            _restore(state)
-        if drew:  # an op that draws and is not in _RANDOM: its second draw is no backward of the first
+        except Exception:  # no rule: a stand-in the op refuses (an index, a dtype), one that draws, or none
             return None
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
             return out
@@ -537,18 +559,17 @@ class Tracer(TorchFunctionMode):
         """The smooth version of one op, on the stand-ins (module docstring)."""
         first = args[0] if args else None
         if name in ("sign", "sgn"):
-            return 2 * _per_example_scaled(first)  # sign spans 2 over the input's spread
+            return 2 * first * self._slope(first)  # sign spans 2 over the input's spread
         if name == "heaviside":
-            return _per_example_scaled(first)
+            return first * self._slope(first)
         if name in _ZERO or name in _QUANTISE:
             return first
         if name in _ROUNDING_DIVISION or _rounds(name, kwargs):
             num, den = (args[1], args[0]) if name == "__rfloordiv__" else (args[0], args[1])
             return torch.true_divide(num, den)
-        if name in _ABOVE:
-            return _per_example_scaled(first - args[1])
-        if name in _BELOW:
-            return _per_example_scaled(args[1] - first)
+        if name in _ABOVE or name in _BELOW:
+            above = first - args[1] if name in _ABOVE else args[1] - first
+            return above * self._slope(first if not isinstance(args[1], torch.Tensor) else above)
         if name in ("logical_not", "__invert__"):
             return -first
         if name in _EQUAL:
@@ -565,7 +586,7 @@ class Tracer(TorchFunctionMode):
         if (name in _CASTS or name in _DETACH) and isinstance(first, torch.Tensor):
             out = func(*args, **kwargs)
             return first if not out.is_floating_point() or name in _DETACH else out
-        return func(*args, **kwargs)
+        return _without_draws(func, args, kwargs)
 
     def _soft(self, name: str, args: tuple, kwargs: dict, plain: Any) -> torch.Tensor | None:
         """For the indices of ``argmax``/``argmin``/``max``/``min``/``topk`` along a dimension: what ``one_hot``
