@@ -292,6 +292,10 @@ class _RandomState:
     cpu: bytes
     cuda: tuple[tuple[torch.device, bytes], ...]
 
+    @property
+    def devices(self) -> tuple[torch.device, ...]:
+        return tuple(device for device, _ in self.cuda)
+
 
 def _random_state(*devices: torch.device) -> _RandomState:
     cuda = tuple((d, bytes(torch.cuda.get_rng_state(d).numpy())) for d in devices if d.type == "cuda")
@@ -673,6 +677,8 @@ class Tracer(TorchFunctionMode):
             self.suspended -= 1
 
     def _custom_function(self, cls: type, apply: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        devices = {t.device for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
+        drawn_from = _random_state(*devices) if cls not in _VERDICTS else None
         plain = apply(*args, **kwargs)
         inputs = [
             t
@@ -686,7 +692,7 @@ class Tracer(TorchFunctionMode):
             return plain
         verdict = _VERDICTS.get(cls)
         if verdict is None:
-            verdict = _VERDICTS[cls] = _backward_verdict(apply, args, kwargs, plain, inputs)
+            verdict = _VERDICTS[cls] = _backward_verdict(apply, args, kwargs, plain, inputs, drawn_from)
         if verdict == "sound":
             self.note(cut, GATE)
             return plain
@@ -868,12 +874,18 @@ _OWN = (_StraightThrough, _InPlaceStraightThrough)  # this module's own Function
 
 
 def _backward_verdict(
-    apply: Callable[..., Any], args: tuple, kwargs: dict, out: torch.Tensor, inputs: list[torch.Tensor]
+    apply: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    out: torch.Tensor,
+    inputs: list[torch.Tensor],
+    drawn_from: _RandomState | None,
 ) -> str:
     """``zero`` (no gradient, zero, or the backward raises), ``sound`` (agrees with a central finite
     difference of the forward along a random direction to 5 %), ``identity`` (the gradient is the
-    cotangent: the author's own straight-through), else ``wrong``. Draws come from private generators and
-    the forward's own draws are put back (the random stream stays the forward's)."""
+    cotangent: the author's own straight-through), else ``wrong``. The check's directions come from a
+    private generator; the forward runs again from the random state ``out`` was drawn from (a random
+    Function draws what it drew), and the state after ``out`` is put back (the stream stays the forward's)."""
     g = torch.Generator(device=out.device).manual_seed(0)
     u = torch.randn(out.shape, generator=g, device=out.device, dtype=out.dtype)
     try:
@@ -888,11 +900,15 @@ def _backward_verdict(
     def shifted(sign: float) -> torch.Tensor:
         moved = {id(t): (t.detach() + sign * h * v) for t, v in zip(inputs, directions, strict=True)}
         new_args, new_kwargs = tree_map(lambda a: moved.get(id(a), a), (args, kwargs))
-        with (
-            torch.no_grad(),
-            torch.random.fork_rng(devices=[out.device] if out.device.type == "cuda" else []),
-        ):
-            return apply(*new_args, **new_kwargs)
+        after = _random_state(*drawn_from.devices) if drawn_from is not None else None
+        try:
+            if drawn_from is not None:
+                _restore(drawn_from)
+            with torch.no_grad():
+                return apply(*new_args, **new_kwargs)
+        finally:
+            if after is not None:
+                _restore(after)
 
     finite = float(((shifted(1.0) - shifted(-1.0)) * u).sum()) / (2 * h)
     analytic = sum(float((gr * v).sum()) for gr, v in zip(grads, directions, strict=True) if gr is not None)

@@ -251,6 +251,21 @@ class _Cube(torch.autograd.Function):
         return 3 * x**2 * grad
 
 
+class _NoisyScale(torch.autograd.Function):
+    """A sound random op: ``x`` times a fresh draw in [0.5, 1.5), with its true derivative (the draw)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        noise = 0.5 + torch.rand_like(x)
+        ctx.save_for_backward(noise)
+        return x * noise
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (noise,) = ctx.saved_tensors
+        return grad * noise
+
+
 def custom(function: type[torch.autograd.Function]) -> Front:
     def apply(x: torch.Tensor) -> torch.Tensor:
         return function.apply(x)
@@ -341,4 +356,8 @@ CONSTRUCTIONS: dict[str, Construction] = {
 }
 
 #: Constructions with nothing to find: the gradient is exact and the model is not wrapped.
-NOTHING_TO_FIND: dict[str, Front] = {"sound_function": custom(_Cube), "mild_sigmoid": mild_sigmoid}
+NOTHING_TO_FIND: dict[str, Front] = {
+    "sound_function": custom(_Cube),
+    "sound_random_function": custom(_NoisyScale),
+    "mild_sigmoid": mild_sigmoid,
+}
