@@ -277,7 +277,7 @@ class _Tracked:
 
     origins: frozenset[int]
     surrogate: torch.Tensor | None
-    soft: torch.Tensor | None = None
+    soft: Callable[[], torch.Tensor | None] | None = None  # computed when a one_hot asks for it
     detached: bool = False  # made by ``detach``: a random draw from it is randomness, not a function
 
 
@@ -491,17 +491,17 @@ class Tracer(TorchFunctionMode):
             for t in _tensors(plain):
                 if not t.is_floating_point():
                     origin = frozenset({self.origin(_kind(name, kwargs), shown)})
-                    self._track(t, _Tracked(origin, None, self._soft(name, args, kwargs, plain)))
+                    self._track(t, _Tracked(origin, None, self._lazy_soft(name, args, kwargs, plain)))
             return plain
         origins = before | ({self.origin(_kind(name, kwargs), shown)} if derived or zero else set())
         if not isinstance(plain, torch.Tensor):  # several results
             for t in _tensors(plain):
-                soft = self._soft(name, args, kwargs, plain) if not t.is_floating_point() else None
+                soft = self._lazy_soft(name, args, kwargs, plain) if not t.is_floating_point() else None
                 self._track(t, _Tracked(origins, None, soft))
             return plain
         smooth = self._smooth(func, name, args, kwargs)
         if not plain.is_floating_point() or name in _LAZY:
-            soft = self._soft(name, args, kwargs, plain)
+            soft = self._lazy_soft(name, args, kwargs, plain)
             self._track(plain, _Tracked(origins, straight(plain, smooth), soft, detached=name in _DETACH))
             return plain
         replaced = straight(plain, smooth)
@@ -539,7 +539,7 @@ class Tracer(TorchFunctionMode):
         """What the op's result back-propagates through in bpda mode; None when no rule applies."""
         if name == "one_hot":
             info = self.lookup(args[0]) if args and isinstance(args[0], torch.Tensor) else None
-            return info.soft if info is not None else None
+            return info.soft() if info is not None and info.soft is not None else None
         if _random(name, args, kwargs):  # never drawn twice: the expectation, or no rule
             return self._expectation(args[0]) if _expectation_draw(name, args, kwargs) else None
         try:
@@ -591,6 +591,14 @@ class Tracer(TorchFunctionMode):
             out = func(*args, **kwargs)
             return first if not out.is_floating_point() or name in _DETACH else out
         return _without_draws(func, args, kwargs)
+
+    def _lazy_soft(
+        self, name: str, args: tuple, kwargs: dict, plain: Any
+    ) -> Callable[[], torch.Tensor | None] | None:
+        """:meth:`_soft`, computed only if a ``one_hot`` of the indices asks for it."""
+        if name not in ("argmax", "argmin", "max", "min", "topk"):
+            return None
+        return lambda: self._soft(name, args, kwargs, plain)
 
     def _soft(self, name: str, args: tuple, kwargs: dict, plain: Any) -> torch.Tensor | None:
         """For the indices of ``argmax``/``argmin``/``max``/``min``/``topk`` along a dimension: what ``one_hot``
