@@ -42,8 +42,10 @@ def test_the_scan_finds_each_kind_of_operation_and_its_rule(case: str) -> None:
     expected = OP_CASES[case]
     path = ab.scan(defended(Transform(expected.fn)), X)
     assert (expected.kind, expected.rule) in {(f.kind, f.rule) for f in path.findings}, path.findings
-    if expected.rule in (ab.STRAIGHT_THROUGH, ab.ROUND_TRIP):  # a round trip out of torch: linked (identity)
+    if expected.rule in (ab.STRAIGHT_THROUGH, ab.ROUND_TRIP) and expected.bpda:  # round trip: linked
         assert path.modes == (GradMode.EXACT, GradMode.BPDA) and path.bpda_gradient
+    elif expected.rule == ab.STRAIGHT_THROUGH:  # the rule's gradient is the exact one: no mode to add
+        assert path.modes == (GradMode.EXACT,) and path.exact_gradient and not path.bpda_changes
     elif expected.rule == ab.GATE:
         assert path.modes == (GradMode.EXACT,) and path.exact_gradient
     else:  # the values leave torch and come back in another shape: nothing links them

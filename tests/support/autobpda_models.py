@@ -94,6 +94,7 @@ class OpCase:
     fn: Callable[[torch.Tensor], torch.Tensor]
     kind: str
     rule: str
+    bpda: bool = True  # a bpda mode is offered (False: torch's own gradient is already the rule's)
 
 
 #: Each kind of operation the scan looks for, in front of a linear model (rules: :mod:`.autobpda`).
@@ -108,6 +109,7 @@ OP_CASES = {
         lambda x: torch.fake_quantize_per_tensor_affine(x, 1 / LEVELS, 0, 0, LEVELS),
         ab.QUANTISATION,
         ab.STRAIGHT_THROUGH,
+        bpda=False,  # torch's fake_quantize already back-propagates as the identity inside its range
     ),
     "floor_division": OpCase(
         lambda x: torch.div(x * LEVELS, 1, rounding_mode="floor") / LEVELS,
