@@ -331,6 +331,39 @@ def binomial_half_cdf(k: int, n: int) -> float:
     return total / 2**n  # int / int is correctly rounded, however large
 
 
+def binomial_tail(k: int, n: int, rate: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, ``rate``): the exact one-sided p-value of H0 "the true rate is at most
+    ``rate``" after k successes in n trials (log-space terms, no overflow for any n). 1.0 for k = 0."""
+    _check_counts(k=k, n=n)
+    if not 0 < rate < 1:
+        raise ValueError(f"rate must be in (0, 1), got {rate}")
+    if k == 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    log_p, log_q = math.log(rate), math.log1p(-rate)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q
+        for j in range(int(k), int(n) + 1)
+    ]
+    top = max(terms)
+    return float(min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms)))
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the input's order: the k-th smallest of m becomes
+    max over j <= k of min(1, (m - j + 1) p_(j)). Rejecting where the adjusted p-value is below alpha controls
+    the familywise error rate at alpha for any dependence between the tests. NaN p-values stay NaN and do
+    not count towards m."""
+    finite = [(p, i) for i, p in enumerate(p_values) if not math.isnan(float(p))]
+    out = [math.nan] * len(p_values)
+    m, running = len(finite), 0.0
+    for rank, (p, i) in enumerate(sorted(finite)):
+        running = max(running, min(1.0, (m - rank) * float(p)))
+        out[i] = running
+    return out
+
+
 def mcnemar_exact(only_a: int, only_b: int, alternative: str = "two-sided") -> float:
     """Exact McNemar p-value from the discordant pairs of two paired binary outcomes.
 
