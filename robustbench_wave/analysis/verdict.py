@@ -8,16 +8,21 @@ same way (Carlini et al. 2019).
 
 Everything here is computed from per-example records in two layers: :func:`claim_numbers` (accuracies
 from :mod:`robustbench_wave.evaluation.metrics`) and :func:`categorize` (a category from those numbers and
-the paired comparison of candidate and baseline on the same examples: the exact McNemar test on the
-discordant pairs and Newcombe's interval of the difference, seeds pooled with the image as the unit,
-:func:`metrics.paired_over_seeds`);
+two paired comparisons on the same images, seeds pooled with the image as the unit,
+:func:`metrics.paired_over_seeds`: candidate vs baseline worst case, and the candidate's blocked white-box
+vs its worst case -- the masking gap). "More robust" needs the difference's 95% interval to clear
+:data:`MINIMUM_EFFECT`, "no more robust" the equivalence test within it, a significant difference inside it
+is a *small difference*; masking needs the gap's interval to clear ``gap_tol``; with several training seeds
+"more robust" also needs the per-seed differences' t interval to clear the minimum effect (the claim is
+about an architecture, :func:`architecture`); every kind of claim is Holm-adjusted across every candidate,
+threat and budget of the grid (:func:`holm_families`), and the grid says where the advantage ends.
 :func:`judge` gathers them, with the energy and diagnostics findings, into a :class:`Judgement`. The words
 are :mod:`robustbench_wave.reporting.verdict_text`'s, which renders a judgement and decides nothing. No
 verdict is given on a model not worth attacking (clean accuracy under :func:`clean_floor`) or when the
-comparison cannot decide (neither significant nor equivalent within :data:`EQUIVALENCE_MARGIN`): the
-category is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
-role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
-candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+comparison cannot decide (neither clearing the minimum effect nor within it): the category is then
+:data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's role follows its
+measurements: models evaluated under several gradient modes (a fixed front-end) are the candidates, models
+evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
 
 from __future__ import annotations
@@ -198,8 +203,19 @@ class CandidateJudgement:
 
     @property
     def details(self) -> dict[str, Any]:
-        """The facts as ``verdict.json`` saves them (NaN as None)."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.facts.items()}
+        """The facts as ``verdict.json`` saves them (NaN as None, nested ones too)."""
+        return _no_nan(self.facts)
+
+
+def _no_nan(value: Any) -> Any:
+    """``value`` with every float NaN, in dicts and lists too, as None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 #: What sparsification removes more of, by :attr:`VerdictSettings.energy_gap` (:func:`energy_contrast`).
