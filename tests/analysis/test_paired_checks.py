@@ -88,6 +88,23 @@ def test_square_breaking_5_percent_of_the_points_pgd_held_fires_at_n_500(n, squa
     assert result.numbers["source"] == "records"  # skip-broken ran Square on every point PGD held
 
 
+@pytest.mark.parametrize(
+    ("n", "pgd_held", "square_breaks"),
+    [(100, 0.48, 1), (1000, 0.159, 0), (1000, 0.712, 0)],
+    ids=["gallery-cnn", "demo-patch-0.03", "demo-patch-0.01"],
+)
+def test_the_published_honest_models_do_not_fire(n, pgd_held, square_breaks):
+    """The counts of the published honest models: the gallery's undefended CNN (results/published/gallery:
+    exact white-box 48%, every attack 47% of 100 at L∞ 0.03, so Square/transfer broke at most 1 of the 48
+    points white-box held, P(X >= 1 | 48, 0.02) = 0.62) and the demo's patch ViT (diagnostics.csv: Square
+    broke 0 of the 159 / 712 points PGD held)."""
+    held = round(pgd_held * n)
+    records = square_breaks_held(n, square_breaks / held, pgd_held)
+    result = get_check("whitebox_beats_blackbox")().run(CheckInputs(records=records), "exact")
+    assert result.passed is True, result
+    assert result.numbers["Linf@0.1"].startswith(f"{square_breaks}/{held} held")
+
+
 def test_skip_broken_hiding_the_weak_attacks_breaks_defers_to_the_subset():
     """Square ran first and broke points 0-2; PGD then skipped 0 and 1 (and broke 2): whether PGD holds 0
     and 1 is unknown, so a pass on the other points is not measurable on these records (the diagnostics
