@@ -411,5 +411,19 @@ def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, 
     if cats == {NO_BASELINE}:
         return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
     if cats == {ROBUST}:
-        return "the claim holds as measured: the model is more robust than the baseline under every attack."
+        seeds = [d.get("architecture", {}).get("confirmed") for d in details.values()]
+        scope = (
+            "and across training seeds"
+            if all(seeds)
+            else "for these networks (one training seed cannot confirm the architecture)"
+        )
+        return (
+            "the claim holds as measured: the model is more robust than the baseline under every attack, by "
+            f"at least the minimum effect, {scope}."
+        )
+    if cats == {ROBUST_THESE_NETWORKS}:
+        return (
+            "the claim is not confirmed for the architecture: these networks are more robust than the "
+            "baseline by at least the minimum effect, but the training seeds' own differences do not agree."
+        )
     return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."
