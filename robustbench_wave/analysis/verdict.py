@@ -535,7 +535,7 @@ def categorize(
     ``paired`` (:func:`paired_worst_case`: both models' worst case on the same images) gives the
     comparison's outcome (:func:`comparison_outcome`); ``masking`` (:func:`paired_masking`: blocked
     white-box vs worst case on the same images) whether masking is shown, excluded or undecided
-    (:func:`masking_decision`); ``adjusted`` are the Holm-adjusted p-values of this comparison among the
+    (:func:`masking_decision`; None when undecided or not measured, ``gap_ci`` then says which); ``adjusted`` are the Holm-adjusted p-values of this comparison among the
     verdict's others (default: its raw p-values, a family of one); ``seed_diffs`` the per-seed paired
     differences the architecture claim rests on. :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when
     either model's clean accuracy is under :func:`clean_floor`, when there is no paired comparison, or when
@@ -546,7 +546,8 @@ def categorize(
     worst = as_float(cand["worst_case"])
     blocked = as_float(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
-    shown = masking_decision(p, settings) if masking is not None else (False if math.isnan(gap) else None)
+    # None without a paired masking comparison (no blocked-gradient records: not measured), or undecided
+    shown = masking_decision(p, settings) if masking is not None else None
     out: dict[str, Any] = {"gap": gap, "masking": shown, "above_baseline": None, "p_adjusted": p}
     if masking is not None:
         out["gap_ci"] = [masking.ci_low, masking.ci_high]
