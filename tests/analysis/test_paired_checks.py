@@ -76,16 +76,21 @@ def test_binomial_tail_against_a_hand_computed_case():
     assert binomial_tail(0, 10, 0.1) == 1.0 and binomial_tail(11, 10, 0.1) == 0.0
 
 
-@pytest.mark.parametrize(("n", "square_share", "fires"), [(500, 0.05, True), (500, 0.01, False)])
-def test_square_breaking_5_percent_of_the_points_pgd_held_fires_at_n_500(n, square_share, fires):
+@pytest.mark.parametrize(
+    ("square_share", "reverse", "fires"),
+    [(0.05, 0, True), (0.05, 20, True), (0.01, 0, False), (0.01, 20, False)],
+)
+def test_square_breaking_5_percent_of_the_points_pgd_held_fires_at_n_500(square_share, reverse, fires):
     """The planted records of ``masking_models.square_breaks_held``: PGD holds 60% of n = 500 (300 points),
-    Square (skip-broken, so run on exactly those 300) breaks 5% of them: 15 vs the 6 a 2% rate allows,
-    P(X >= 15 | 300, 0.02) = 0.00056. At 1% (3 points) it passes. The old rule needed 7 violations
-    whatever n (the reverse pairs unseen) and would have passed a 2% share of a large n."""
-    records = square_breaks_held(n, square_share)
+    Square breaks 5% of them: 15 vs the 6 a 2% rate allows, P(X >= 15 | 300, 0.02) = 0.00056 -- whether
+    Square ran skip-broken (only on those 300) or on every point, holding 20 that PGD broke. The old rule
+    passed the second (15 against 20 reverse pairs: one-sided McNemar p = 0.84). At 1% (3 points) both pass."""
+    records = square_breaks_held(500, square_share, reverse=reverse)
     result = get_check("whitebox_beats_blackbox")().run(CheckInputs(records=records), "exact")
     assert result.passed is (not fires), result
-    assert result.numbers["source"] == "records"  # skip-broken ran Square on every point PGD held
+    assert result.numbers["source"] == "records"  # Square ran on every point PGD held
+    held = result.numbers["Linf@0.1"]
+    assert held.startswith(f"{round(square_share * 300)}/300 held (reverse {reverse}"), held
 
 
 @pytest.mark.parametrize(

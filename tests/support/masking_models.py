@@ -319,16 +319,17 @@ _NOISE_BREAKS_8 = attack_rows("noise_sign", "noise", "noise", 0.1, _BREAKS_FIRST
 
 
 def square_breaks_held(
-    n: int = 500, square_share: float = 0.05, pgd_held: float = 0.6, mode: str = "exact"
+    n: int = 500, square_share: float = 0.05, pgd_held: float = 0.6, mode: str = "exact", reverse: int = 0
 ) -> pd.DataFrame:
-    """Records of a planted model: PGD holds the first ``pgd_held`` of ``n`` points, Square (skip-broken, so
-    run on exactly those) breaks ``square_share`` of them -- more than the 2% the pairwise checks tolerate
-    at 5%, an honest attack pair's share at 1%."""
+    """Records of a planted model: PGD holds the first ``pgd_held`` of ``n`` points, Square breaks
+    ``square_share`` of them -- more than the 2% the pairwise checks tolerate at 5%, an honest attack pair's
+    share at 1%. With ``reverse`` = 0 Square ran skip-broken (only on the points PGD held); otherwise on every
+    point, holding ``reverse`` of those PGD broke (the reverse pairs the old McNemar rule let excuse it)."""
     held = round(pgd_held * n)
     breaks = round(square_share * held)
     pgd = _pgd(0.1, [i < held for i in range(n)], mode=mode)
-    ran = [i < held for i in range(n)]
-    correct = [breaks <= i < held for i in range(n)]
+    ran = [i < held for i in range(n)] if reverse == 0 else [True] * n
+    correct = [breaks <= i < held + reverse for i in range(n)]
     square = attack_rows("square", "square", "black-box", 0.1, correct, ran, mode=mode)
     return pd.concat([clean_rows(n, mode=mode), pgd, square], ignore_index=True)
 
