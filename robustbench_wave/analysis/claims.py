@@ -401,6 +401,8 @@ VERDICT_MAP = {
     vd.MASKING_BUT_ROBUST: SUPPORTED,
     vd.MASKING: NOT_SUPPORTED,
     vd.NOT_ROBUST: NOT_SUPPORTED,
+    vd.SMALL_DIFFERENCE: NOT_SUPPORTED,  # more robust by less than the minimum effect: no large effect
+    vd.ROBUST_THESE_NETWORKS: INCONCLUSIVE,  # these networks, not confirmed across training seeds
     vd.INCONCLUSIVE: INCONCLUSIVE,
     vd.NO_BASELINE: INCONCLUSIVE,
 }

@@ -8,16 +8,21 @@ same way (Carlini et al. 2019).
 
 Everything here is computed from per-example records in two layers: :func:`claim_numbers` (accuracies
 from :mod:`robustbench_wave.evaluation.metrics`) and :func:`categorize` (a category from those numbers and
-the paired comparison of candidate and baseline on the same examples: the exact McNemar test on the
-discordant pairs and Newcombe's interval of the difference, seeds pooled with the image as the unit,
-:func:`metrics.paired_over_seeds`);
+two paired comparisons on the same images, seeds pooled with the image as the unit,
+:func:`metrics.paired_over_seeds`: candidate vs baseline worst case, and the candidate's blocked white-box
+vs its worst case -- the masking gap). "More robust" needs the difference's 95% interval to clear
+:data:`MINIMUM_EFFECT`, "no more robust" the equivalence test within it, a significant difference inside it
+is a *small difference*; masking needs the gap's interval to clear ``gap_tol``; with several training seeds
+"more robust" also needs the per-seed differences' t interval to clear the minimum effect (the claim is
+about an architecture, :func:`architecture`); every kind of claim is Holm-adjusted across every candidate,
+threat and budget of the grid (:func:`holm_families`), and the grid says where the advantage ends.
 :func:`judge` gathers them, with the energy and diagnostics findings, into a :class:`Judgement`. The words
 are :mod:`robustbench_wave.reporting.verdict_text`'s, which renders a judgement and decides nothing. No
 verdict is given on a model not worth attacking (clean accuracy under :func:`clean_floor`) or when the
-comparison cannot decide (neither significant nor equivalent within :data:`EQUIVALENCE_MARGIN`): the
-category is then :data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's
-role follows its measurements: models evaluated under several gradient modes (a fixed front-end) are the
-candidates, models evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
+comparison cannot decide (neither clearing the minimum effect nor within it): the category is then
+:data:`INCONCLUSIVE`, with the reason. Model *names* are only labels in the text. A model's role follows its
+measurements: models evaluated under several gradient modes (a fixed front-end) are the candidates, models
+evaluated only with exact gradients are the baselines -- or pass ``baseline=`` explicitly.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
+    holm_adjusted,
     paired_over_seeds,
     reference_eps,
     robust_accuracy,
     robust_flags,
+    seed_interval,
     seed_spread,
     shared_status,
     threat_eps,
@@ -52,6 +59,8 @@ MASKING = "gradient masking"
 NOT_ROBUST = "no natural robustness"
 ROBUST = "robust under all attacks"
 MASKING_BUT_ROBUST = "partly gradient masking, still more robust"
+SMALL_DIFFERENCE = "small difference"
+ROBUST_THESE_NETWORKS = "more robust for these networks, not confirmed across training seeds"
 NO_BASELINE = "no baseline"
 INCONCLUSIVE = "inconclusive"
 ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
@@ -67,19 +76,36 @@ way is far above chance (4x chance's distance for 10 classes) yet below what the
 data set it was tuned for, so only a model that failed to train is refused.
 """
 
-EQUIVALENCE_MARGIN = 0.10
-"""The margin of the equivalence test that decides "no more robust than the baseline" (and every "not
-supported" of a paired comparison in :mod:`.claims`): 10 points of worst-case accuracy.
+MINIMUM_EFFECT = 0.10
+"""The smallest difference of worst-case accuracy the verdict calls a difference: 10 points, one constant for
+both directions (:func:`comparison_outcome`).
 
-A non-significant test says the data do not show a difference, not that there is none. "Not supported"
-needs positive evidence of no worthwhile difference: two one-sided tests (TOST, Schuirmann 1987) at
-``alpha`` each that the paired difference lies inside (-10, +10) points, i.e. the 90% interval inside the
-margin (:meth:`metrics.PairedComparison.equivalence`). 10 points because the claim under test is a large
-effect ("naturally resistant"): an advantage under 10 points of worst-case accuracy is within the seed-to-seed
-spread of these small models' accuracies and is no resistance a reader would act on. An interval such as
-[-1, +19] is then inconclusive (attack more examples), not "not supported"; a significant test decides
-whatever the interval (the sign is then known).
+"More robust" needs the paired difference's 95% interval to clear +10 points (one-sided test of
+H0: diff <= 10 points at ``alpha / 2``); "no more robust" needs positive evidence of no worthwhile difference:
+two one-sided tests (TOST, Schuirmann 1987) at ``alpha`` each that the difference lies inside (-10, +10)
+points, i.e. the 90% interval inside the margin (:meth:`metrics.PairedComparison.equivalence`); between the
+two, a difference significantly above zero that stays inside the margin is a *small difference*. 10 points
+because the claim under test is a large effect ("naturally resistant"): an advantage under 10 points of
+worst-case accuracy is within the seed-to-seed spread of these small models' accuracies and is no
+resistance a reader would act on. An interval such as [-1, +19] or [+5, +15] is then inconclusive (attack
+more examples).
 """
+EQUIVALENCE_MARGIN = (
+    MINIMUM_EFFECT  # the equivalence test's margin is the minimum effect (claims.py reads it)
+)
+
+#: Outcomes of one paired comparison (:func:`comparison_outcome`).
+MORE = "more robust"
+MORE_NETWORKS = "more robust for these networks only"
+SMALL = "small difference"
+NO_DIFFERENCE = "no more robust"
+LESS = "less robust"
+UNDECIDED = "undecided"
+ADVANTAGE = (MORE, MORE_NETWORKS)
+
+#: The Holm families (:func:`holm_families`): each kind of claim is one family over every candidate, threat
+#: and budget the verdict states.
+TESTS = ("more", "less", "equivalent", "difference", "masking", "no_masking")
 
 
 def wb_column(mode: GradMode | str) -> str:
@@ -116,12 +142,18 @@ SHARED_COLUMNS = {
 class VerdictSettings:
     """How big a difference must be before the text calls it one."""
 
-    gap_tol: float = 0.10  # blocked minus worst case: robustness that only blocked gradients show
+    gap_tol: float = 0.10  # blocked minus worst case: robustness that only blocked gradients show (its
+    # paired 95% interval must clear it for "masking", lie below it for "no masking")
     chance_margin: float = 0.05  # "at chance" = within this of 1/num_classes
     energy_gap: float = 0.10  # noise minus adversarial energy removed: the mechanism filters noise only
     alpha: float = 0.05  # level of the two-sided exact test of candidate vs baseline, and of each TOST side
     clean_floor_share: float = CLEAN_FLOOR_SHARE  # see CLEAN_FLOOR_SHARE
-    equivalence_margin: float = EQUIVALENCE_MARGIN  # see EQUIVALENCE_MARGIN
+    minimum_effect: float = MINIMUM_EFFECT  # see MINIMUM_EFFECT
+
+    @property
+    def equivalence_margin(self) -> float:
+        """The equivalence test's margin: the minimum effect."""
+        return self.minimum_effect
 
 
 def clean_floor(num_classes: int, share: float = CLEAN_FLOOR_SHARE) -> float:
@@ -135,7 +167,9 @@ def clean_floor(num_classes: int, share: float = CLEAN_FLOOR_SHARE) -> float:
 @dataclass(frozen=True)
 class GridNumbers:
     """One candidate's blocked white-box and worst-case accuracy (and the baseline's worst case) at every
-    budget of a threat's grid, averaged over runs, and the budgets where blocked gradients show masking."""
+    budget of a threat's grid, averaged over runs; per budget the outcome of the paired comparison with the
+    baseline (:func:`comparison_outcome`, Holm-adjusted with every other) and whether masking is shown
+    (True), excluded (False) or undecided (None); the budgets where masking is shown."""
 
     threat: str
     candidate: str
@@ -145,6 +179,13 @@ class GridNumbers:
     worst: list[float]
     base_worst: list[float]
     masking_eps: list[float]
+    outcomes: list[str] = field(default_factory=list)
+    masking: list[bool | None] = field(default_factory=list)
+
+    @property
+    def advantage_eps(self) -> list[float]:
+        """The budgets where the candidate is more robust than the baseline (by the minimum effect)."""
+        return [e for e, o in zip(self.eps, self.outcomes) if o in ADVANTAGE]
 
 
 @dataclass(frozen=True)
@@ -162,8 +203,19 @@ class CandidateJudgement:
 
     @property
     def details(self) -> dict[str, Any]:
-        """The facts as ``verdict.json`` saves them (NaN as None)."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.facts.items()}
+        """The facts as ``verdict.json`` saves them (NaN as None, nested ones too)."""
+        return _no_nan(self.facts)
+
+
+def _no_nan(value: Any) -> Any:
+    """``value`` with every float NaN, in dicts and lists too, as None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 #: What sparsification removes more of, by :attr:`VerdictSettings.energy_gap` (:func:`energy_contrast`).
@@ -288,6 +340,20 @@ def worst_case_pair(records: pd.DataFrame, cand: str, base: str, threat: str, ep
     return a, b
 
 
+def masking_pair(records: pd.DataFrame, cand: str, threat: str, eps: float) -> FlagPair | None:
+    """One seed's candidate per-example robustness under blocked white-box attacks (the ``wb_blocked``
+    column of :func:`claim_numbers`) and under the worst case over everything: their paired difference is
+    the masking gap. None without blocked white-box rows."""
+    rows = records[records["model"] == cand]
+    lowfreq = rows["family"].isin(families_with(Trait.LOW_FREQUENCY))
+    white = (rows["kind"] == AttackKind.WHITE_BOX.value) & ~lowfreq
+    blocked = rows[white & (rows["grad_mode"] == GradMode.BLOCKED.value)]
+    if blocked.empty or blocked[blocked["threat"] == threat].empty:
+        return None
+    clean = rows[rows["kind"] == AttackKind.CLEAN.value].drop_duplicates("example_id")
+    return robust_flags(pd.concat([clean, blocked]), threat, eps), robust_flags(rows, threat, eps)
+
+
 def paired_worst_case(
     records: pd.DataFrame | Sequence[pd.DataFrame], cand: str, base: str, threat: str, eps: float
 ) -> PairedComparison | None:
@@ -295,6 +361,15 @@ def paired_worst_case(
     pooled with the image as the unit (:func:`metrics.paired_over_seeds`); None when they share none."""
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
     return pooled([worst_case_pair(r, cand, base, threat, eps) for r in runs])
+
+
+def paired_masking(
+    records: pd.DataFrame | Sequence[pd.DataFrame], cand: str, threat: str, eps: float
+) -> PairedComparison | None:
+    """Blocked white-box vs worst case of one candidate on the same images, seeds pooled by image (the gap's
+    paired comparison); None without blocked rows."""
+    runs = [records] if isinstance(records, pd.DataFrame) else list(records)
+    return pooled([masking_pair(r, cand, threat, eps) for r in runs])
 
 
 def pooled(pairs: Sequence[FlagPair | None]) -> PairedComparison | None:
@@ -325,7 +400,7 @@ def _roles(numbers: pd.DataFrame, baseline: Sequence[str] | str | None) -> tuple
 
 
 # --------------------------------------------------------------------------------------------------------
-# categories
+# tests and categories
 # --------------------------------------------------------------------------------------------------------
 def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float) -> str:
     """Why ``row``'s model is not worth attacking, or "" when it is."""
@@ -339,10 +414,90 @@ def _below_floor(row: Mapping[str, Any], role: str, floor: float, chance: float)
     )
 
 
-def _compare(out: dict[str, Any], paired: PairedComparison, settings: VerdictSettings) -> bool:
-    """Record the paired comparison in ``out``; True when it decides (significant, or equivalent within the
-    margin by two one-sided tests)."""
-    eq = paired.equivalence(settings.equivalence_margin, settings.alpha)
+def p_values(
+    paired: PairedComparison | None, masking: PairedComparison | None, settings: VerdictSettings
+) -> dict[str, float]:
+    """The raw p-value of every claim the verdict may make about one (candidate, threat, budget), by
+    :data:`TESTS` family: "more" H0 diff <= +minimum effect, "less" H0 diff >= -minimum effect,
+    "equivalent" TOST within ±minimum effect, "difference" the exact test of diff = 0, "masking" H0 gap <=
+    ``gap_tol``, "no_masking" H0 gap >= ``gap_tol`` (NaN where there is no comparison)."""
+    nan = math.nan
+    out = dict.fromkeys(TESTS, nan)
+    if paired is not None:
+        d = settings.minimum_effect
+        out["more"] = paired.one_sided_p(d, lower=True)
+        out["less"] = paired.one_sided_p(-d, lower=False)
+        out["equivalent"] = paired.equivalence(d, settings.alpha).p_value
+        out["difference"] = paired.p_value
+    if masking is not None:
+        out["masking"] = masking.one_sided_p(settings.gap_tol, lower=True)
+        out["no_masking"] = masking.one_sided_p(settings.gap_tol, lower=False)
+    return out
+
+
+def _rejects(p: Mapping[str, float], test: str, settings: VerdictSettings) -> bool:
+    """Whether claim ``test`` is made: one-sided claims read the 95% interval (``alpha / 2``), the TOST
+    and the exact test their level ``alpha``."""
+    level = settings.alpha if test in ("equivalent", "difference") else settings.alpha / 2
+    value = p.get(test, math.nan)
+    return not math.isnan(value) and value < level
+
+
+def architecture(seed_diffs: Sequence[float], settings: VerdictSettings) -> dict[str, Any]:
+    """The claim about the architecture, the training seed as the unit: the t interval of the per-seed
+    paired differences (:func:`metrics.seed_interval`) must clear the minimum effect. ``confirmed`` is
+    None with one seed (a claim about these networks only)."""
+    iv = seed_interval(seed_diffs, 1 - settings.alpha)
+    out: dict[str, Any] = {"n_seeds": iv.n_seeds, "diffs": [float(d) for d in seed_diffs]}
+    if iv.n_seeds < 2:
+        return out | {"confirmed": None}
+    return out | {
+        "mean": iv.mean,
+        "sd": iv.sd,
+        "ci": [iv.ci_low, iv.ci_high],
+        "level": iv.level,
+        "confirmed": bool(iv.ci_low > settings.minimum_effect),
+    }
+
+
+def comparison_outcome(
+    paired: PairedComparison,
+    p: Mapping[str, float],
+    settings: VerdictSettings,
+    seed_diffs: Sequence[float] = (),
+) -> str:
+    """:data:`MORE` when the 95% interval clears the minimum effect (with two or more seeds also across
+    seeds, :func:`architecture`; else :data:`MORE_NETWORKS`), :data:`LESS` when it clears it the other way,
+    :data:`SMALL` when the TOST places the difference inside ±minimum effect and the exact test puts it
+    above zero, :data:`NO_DIFFERENCE` when inside without that, else :data:`UNDECIDED`. ``p`` are the
+    (Holm-adjusted) p-values of :func:`p_values`."""
+    if _rejects(p, "more", settings):
+        if len(seed_diffs) >= 2 and not architecture(seed_diffs, settings)["confirmed"]:
+            return MORE_NETWORKS
+        return MORE
+    if _rejects(p, "less", settings):
+        return LESS
+    if _rejects(p, "equivalent", settings):
+        return SMALL if _rejects(p, "difference", settings) and paired.diff > 0 else NO_DIFFERENCE
+    return UNDECIDED
+
+
+def masking_decision(p: Mapping[str, float], settings: VerdictSettings) -> bool | None:
+    """True when the gap's 95% interval clears ``gap_tol`` (Holm-adjusted), False when it lies below it,
+    None when it straddles it (undecided) or there is no blocked mode to compare."""
+    if _rejects(p, "masking", settings):
+        return True
+    if _rejects(p, "no_masking", settings):
+        return False
+    return None
+
+
+def _record_comparison(
+    out: dict[str, Any], paired: PairedComparison, p: Mapping[str, float], settings: VerdictSettings
+) -> None:
+    """The paired comparison's numbers, as ``verdict.json`` saves them."""
+    eq = paired.equivalence(settings.minimum_effect, settings.alpha)
+    significant = _rejects(p, "difference", settings)
     out.update(
         diff=paired.diff,
         diff_ci=[paired.ci_low, paired.ci_high],
@@ -350,19 +505,18 @@ def _compare(out: dict[str, Any], paired: PairedComparison, settings: VerdictSet
         n_paired=paired.n,
         n_seeds=paired.n_seeds,
         unit=paired.unit,
+        minimum_effect=settings.minimum_effect,
         discordant={"only_candidate": paired.only_a, "only_baseline": paired.only_b},
         equivalence={
             "margin": eq.margin,
             "p_value": eq.p_value,
             "ci": [eq.ci_low, eq.ci_high],
             "level": 1 - 2 * eq.alpha,
-            "equivalent": eq.equivalent,
+            "equivalent": _rejects(p, "equivalent", settings),
         },
+        above_baseline=bool(significant and paired.diff > 0),
+        below_baseline=bool(significant and paired.diff < 0),
     )
-    significant = paired.p_value < settings.alpha
-    out["above_baseline"] = bool(significant and paired.diff > 0)
-    out["below_baseline"] = bool(significant and paired.diff < 0)
-    return significant or eq.equivalent
 
 
 def categorize(
@@ -372,24 +526,31 @@ def categorize(
     chance: float,
     settings: VerdictSettings,
     paired: PairedComparison | None = None,
+    masking: PairedComparison | None = None,
+    adjusted: Mapping[str, float] | None = None,
+    seed_diffs: Sequence[float] = (),
 ) -> dict[str, Any]:
     """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row.
 
-    ``gap`` = blocked white-box minus worst case (masking when >= ``gap_tol``; ``masking`` is None when the
-    candidate has no blocked-gradient records: not measured). Against a baseline,
-    ``paired`` (:func:`paired_worst_case`: both models' worst case on the same examples) decides:
-    ``above_baseline`` / ``below_baseline`` = the two-sided exact McNemar test significant at ``alpha``.
-    :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when either model's clean accuracy is under
-    :func:`clean_floor`, when there is no paired comparison, or when an unmasked candidate's comparison is
-    neither significant nor equivalent (TOST within ``equivalence_margin``). Masking is a finding about the
-    candidate alone and stands; an undecided comparison is then noted as ``comparison = "inconclusive"``.
+    ``paired`` (:func:`paired_worst_case`: both models' worst case on the same images) gives the
+    comparison's outcome (:func:`comparison_outcome`); ``masking`` (:func:`paired_masking`: blocked
+    white-box vs worst case on the same images) whether masking is shown, excluded or undecided
+    (:func:`masking_decision`; None when undecided or not measured, ``gap_ci`` then says which); ``adjusted`` are the Holm-adjusted p-values of this comparison among the
+    verdict's others (default: its raw p-values, a family of one); ``seed_diffs`` the per-seed paired
+    differences the architecture claim rests on. :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when
+    either model's clean accuracy is under :func:`clean_floor`, when there is no paired comparison, or when
+    an unmasked candidate's comparison is undecided. Masking is a finding about the candidate alone and
+    stands; the comparison's outcome is then noted as ``comparison``.
     """
+    p = dict(adjusted) if adjusted is not None else p_values(paired, masking, settings)
     worst = as_float(cand["worst_case"])
     blocked = as_float(cand.get(wb_column(GradMode.BLOCKED)))
     gap = blocked - worst if not math.isnan(blocked) else float("nan")
-    # None, not False, without blocked-gradient records: no attack ran under that mode, so nothing is said of it
-    masking = None if math.isnan(blocked) else bool(gap >= settings.gap_tol)
-    out: dict[str, Any] = {"gap": gap, "masking": masking, "above_baseline": None}
+    # None without a paired masking comparison (no blocked-gradient records: not measured), or undecided
+    shown = masking_decision(p, settings) if masking is not None else None
+    out: dict[str, Any] = {"gap": gap, "masking": shown, "above_baseline": None, "p_adjusted": p}
+    if masking is not None:
+        out["gap_ci"] = [masking.ci_low, masking.ci_high]
     floor = chance + settings.clean_floor_share * (1 - chance)
     reasons = [_below_floor(cand, "candidate", floor, chance)]
     if base is not None:
@@ -402,54 +563,66 @@ def categorize(
         return out
     if base is None or paired is None:  # (a baseline without a paired comparison is a reason above)
         at_chance = worst <= chance + settings.chance_margin
-        out["category"] = MASKING if masking else (NOT_ROBUST if at_chance else NO_BASELINE)
+        out["category"] = MASKING if shown else (NOT_ROBUST if at_chance else NO_BASELINE)
         return out
-    decided = _compare(out, paired, settings)
-    if masking:
-        out["category"] = MASKING_BUT_ROBUST if out["above_baseline"] else MASKING
-        out["comparison"] = "decided" if decided else INCONCLUSIVE
-    elif out["above_baseline"]:
+    _record_comparison(out, paired, p, settings)
+    outcome = comparison_outcome(paired, p, settings, seed_diffs)
+    out["outcome"] = outcome
+    out["architecture"] = architecture(seed_diffs or [paired.diff], settings)
+    if shown:
+        out["category"] = MASKING_BUT_ROBUST if outcome == MORE else MASKING
+        out["comparison"] = outcome
+    elif outcome == MORE:
         out["category"] = ROBUST
-    elif decided:
+    elif outcome == MORE_NETWORKS:
+        out["category"] = ROBUST_THESE_NETWORKS
+    elif outcome == SMALL:
+        out["category"] = SMALL_DIFFERENCE
+    elif outcome in (NO_DIFFERENCE, LESS):
         out["category"] = NOT_ROBUST
     else:
         out.update(
-            category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, settings)
+            category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, p, settings)
         )
     return out
 
 
-def _undecided(base: str, paired: PairedComparison, settings: VerdictSettings) -> str:
-    """Why a comparison that is neither significant nor equivalent decides nothing."""
-    margin = number(settings.equivalence_margin, scale=100.0, digits=0, unit=" points")
-    eq = paired.equivalence(settings.equivalence_margin, settings.alpha)
+def _undecided(base: str, paired: PairedComparison, p: Mapping[str, float], settings: VerdictSettings) -> str:
+    """Why a comparison that neither clears the minimum effect nor lies within it decides nothing."""
+    margin = number(settings.minimum_effect, scale=100.0, digits=0, unit=" points")
+    eq = paired.equivalence(settings.minimum_effect, settings.alpha)
     return (
         f"the paired difference to {base} is {points(paired.diff)} with 95% interval "
-        f"{interval(paired.ci_low, paired.ci_high)} ({paired.unit}): the exact test is not significant "
-        f"(p = {paired.p_value:.2g}) and the equivalence test does not place it within ±{margin} "
+        f"{interval(paired.ci_low, paired.ci_high)} ({paired.unit}): it neither clears the minimum effect of "
+        f"{margin} (p = {p['more']:.2g}) nor lies within ±{margin} by the equivalence test "
         f"({100 * (1 - 2 * eq.alpha):.0f}% interval {interval(eq.ci_low, eq.ci_high)}, TOST p = "
-        f"{eq.p_value:.2g}): attack more examples"
+        f"{p['equivalent']:.2g}; Holm-adjusted where several comparisons are judged): attack more examples"
     )
 
 
 def _seed_categories(
-    per_seed: Sequence[tuple[pd.DataFrame, FlagPair | None]],
+    per_seed: Sequence[tuple[pd.DataFrame, FlagPair | None, FlagPair | None]],
     cand: str,
     base: str | None,
     chance: float,
     settings: VerdictSettings,
 ) -> list[str]:
-    """Each seed's category on its own (that seed's numbers and its own paired comparison), for the seeds
-    that have the candidate (and the baseline)."""
+    """Each seed's category on its own (that seed's numbers and its own paired comparisons, a family of
+    one), for the seeds that have the candidate (and the baseline)."""
     cats = []
-    for p, paired in per_seed:
+    for p, paired, mask in per_seed:
         c_row = p[p["model"] == cand]
         b_row = p[p["model"] == base] if base else None
         if c_row.empty or (b_row is not None and b_row.empty):
             continue
         b = {"model": base, **b_row.iloc[0].to_dict()} if b_row is not None else None
         cat = categorize(
-            c_row.iloc[0].to_dict(), b, chance=chance, settings=settings, paired=pooled([paired])
+            c_row.iloc[0].to_dict(),
+            b,
+            chance=chance,
+            settings=settings,
+            paired=pooled([paired]),
+            masking=pooled([mask]) if mask is not None else None,
         )
         cats.append(str(cat["category"]))
     return cats
@@ -459,11 +632,74 @@ def _seed_categories(
 # the judgement
 # --------------------------------------------------------------------------------------------------------
 @dataclass
+class _Unit:
+    """One candidate at one budget of one threat: the seeds' numbers and flag pairs, the pooled paired
+    comparisons and the raw and Holm-adjusted p-values (:func:`holm_families`)."""
+
+    eps: float
+    cand: dict[str, Any]
+    base: dict[str, Any] | None
+    pairs: list[FlagPair | None]
+    masks: list[FlagPair | None]
+    paired: PairedComparison | None
+    masking: PairedComparison | None
+    raw: dict[str, float]
+    adjusted: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seed_diffs(self) -> list[float]:
+        """Each seed's own paired difference (with two or more seeds)."""
+        if len(self.pairs) < 2:
+            return []
+        return [c.diff for c in (pooled([p]) for p in self.pairs) if c is not None]
+
+
+@dataclass
+class _Pending:
+    """One candidate at one threat before the Holm adjustment: its reference unit and its grid."""
+
+    threat: str
+    name: str
+    units: list[_Unit]
+    ref: int  # index of the reference budget in ``units``
+    seeded: list[tuple[pd.DataFrame, pd.DataFrame]]
+    spread: dict[str, Any] | None
+
+
+@dataclass
 class _ThreatJudgement:
     """One threat model's share of the judgement."""
 
     numbers: pd.DataFrame
-    candidates: list[CandidateJudgement] = field(default_factory=list)
+    pending: list[_Pending] = field(default_factory=list)
+
+
+def _mean_rows(
+    nums: pd.DataFrame, cand: str, base: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The candidate's and the baseline's rows of :func:`claim_numbers`, mean over seeds."""
+    mean = _combine(nums)
+    c = {"model": cand, **mean.loc[cand].to_dict()}
+    b = {"model": base, **mean.loc[base].to_dict()} if base and base in mean.index else None
+    return c, b
+
+
+def _unit(
+    runs: Sequence[pd.DataFrame],
+    cand: str,
+    base: str | None,
+    threat: str,
+    eps: float,
+    nums: pd.DataFrame,
+    settings: VerdictSettings,
+) -> _Unit:
+    c, b = _mean_rows(nums, cand, base)
+    pairs = [worst_case_pair(r, cand, base, threat, eps) if base else None for r in runs]
+    masks = [masking_pair(r, cand, threat, eps) for r in runs]
+    paired = pooled(pairs) if base else None
+    masking = pooled(masks)
+    return _Unit(eps, c, b, pairs, masks, paired, masking, p_values(paired, masking, settings))
 
 
 def _judge_threat(
@@ -472,11 +708,10 @@ def _judge_threat(
     threat: str,
     eps: float | None,
     baseline: Sequence[str] | str | None,
-    chance: float,
     settings: VerdictSettings,
-    self_transfer: Collection[str] = (),
 ) -> _ThreatJudgement | None:
-    """Numbers and categories of every candidate at one threat's budget (None: not evaluated)."""
+    """Numbers, flag pairs and raw p-values of every candidate at every budget of one threat's grid, the
+    reference budget marked (None: not evaluated); categorized after the Holm adjustment (:func:`judge`)."""
     eps = eps or reference_eps(runs[0], threat)
     if eps is None:
         return None
@@ -485,53 +720,100 @@ def _judge_threat(
     if not seeded:
         return None
     out = _ThreatJudgement(pd.concat([p for p, _ in seeded], ignore_index=True))
-    mean = _combine(out.numbers)
-    candidates, baselines = _roles(mean.reset_index(), baseline)
+    candidates, baselines = _roles(_combine(out.numbers).reset_index(), baseline)
     base_name = baselines[0] if baselines else None
-    base = {"model": base_name, **mean.loc[base_name].to_dict()} if base_name else None
+    seeded_runs = [r for _, r in seeded]
+    grid = sorted({e for e in threat_eps(runs[0], threat) if e > 0} | {float(eps)})
+    per_eps = {
+        e: (
+            out.numbers
+            if math.isclose(e, eps)
+            else pd.concat([claim_numbers(r, threat=threat, eps=e) for r in seeded_runs], ignore_index=True)
+        )
+        for e in grid
+    }
     for cand_name in candidates:
-        cand = {"model": cand_name, **mean.loc[cand_name].to_dict()}
-        pairs = [
-            worst_case_pair(r, cand_name, base_name, threat, eps) if base_name else None for _, r in seeded
-        ]
-        facts = _judge_candidate(cand, base, pairs, seeded, chance, settings)
+        units = [_unit(seeded_runs, cand_name, base_name, threat, e, per_eps[e], settings) for e in grid]
+        ref = next(i for i, e in enumerate(grid) if math.isclose(e, eps))
         spread = _spread(out.numbers, cand_name, base_name) if len(seeded) > 1 else None
-        grid = grid_numbers(runs, cand_name, base_name, threat, settings)
-        facts["masking_eps"] = grid.masking_eps if grid else []
-        facts["self_transfer"] = cand_name in self_transfer  # its transfer rows are white-box restarts
-        judged = CandidateJudgement(f"{cand_name}@{threat}", cand, base, facts, spread, len(seeded), grid)
-        out.candidates.append(judged)
+        out.pending.append(_Pending(threat, cand_name, units, ref, list(seeded), spread))
     return out
 
 
-def _judge_candidate(
-    cand: Mapping[str, Any],
-    base: Mapping[str, Any] | None,
-    pairs: Sequence[FlagPair | None],
-    seeded: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
-    chance: float,
-    settings: VerdictSettings,
-) -> dict[str, Any]:
-    """One candidate's category, decided on the seeds pooled with the image as the unit (:func:`pooled`:
-    every seed attacked the same images, so this is the one comparison with the right unit). With two or
-    more seeds the per-seed categories are reported beside it -- ``seed_categories`` and ``seed_agreement``
-    ("k/n seeds": how many reach the pooled category on their own) -- and never replace it: a majority of
-    per-seed tests on a third of the data each can be undecided where the pooled test decides, or decide
-    where it cannot. Also the spread of the per-seed paired differences (mean ± sd)."""
-    base_name = base["model"] if base else None
-    cat = categorize(cand, base, chance=chance, settings=settings, paired=pooled(pairs))
-    per_seed = [(p, pair) for (p, _), pair in zip(seeded, pairs)]
-    seed_cats = _seed_categories(per_seed, str(cand["model"]), base_name, chance, settings)
-    if len(seed_cats) < 2:
-        return cat
-    agree = sum(c == cat["category"] for c in seed_cats)
-    cat["seed_categories"] = seed_cats
-    cat["seed_agreement"] = f"{agree}/{len(seed_cats)} seeds"
-    one_seed = [pooled([p]) for p in pairs]
-    diffs = seed_spread([p.diff for p in one_seed if p is not None])
-    if diffs.n_seeds > 1:
-        cat["seed_diff_mean"], cat["seed_diff_sd"] = diffs.mean, diffs.sd
-    return cat
+def holm_families(units: Sequence[_Unit]) -> int:
+    """Holm-adjust every kind of claim (:data:`TESTS`) across ``units`` (every candidate, threat and budget
+    the verdict states), in place; returns the family size (the comparisons with a paired test)."""
+    for test in TESTS:
+        for unit, p in zip(units, holm_adjusted([u.raw[test] for u in units])):
+            unit.adjusted[test] = p
+    return sum(u.paired is not None for u in units)
+
+
+def _finish(
+    pend: _Pending, chance: float, settings: VerdictSettings, family: int, self_transfer: Collection[str]
+) -> CandidateJudgement:
+    """The candidate's categories at every budget (adjusted p-values), its grid and its facts."""
+    for u in pend.units:
+        u.facts = categorize(
+            u.cand,
+            u.base,
+            chance=chance,
+            settings=settings,
+            paired=u.paired,
+            masking=u.masking,
+            adjusted=u.adjusted,
+            seed_diffs=u.seed_diffs,
+        )
+    ref = pend.units[pend.ref]
+    facts = dict(ref.facts)
+    facts["holm_family"] = family
+    seed_cats = _seed_categories(
+        [(p, pair, mask) for (p, _), pair, mask in zip(pend.seeded, ref.pairs, ref.masks)],
+        pend.name,
+        ref.base["model"] if ref.base else None,
+        chance,
+        settings,
+    )
+    if len(seed_cats) >= 2:
+        facts["seed_categories"] = seed_cats
+        facts["seed_agreement"] = f"{sum(c == facts['category'] for c in seed_cats)}/{len(seed_cats)} seeds"
+        diffs = seed_spread(ref.seed_diffs)
+        if diffs.n_seeds > 1:
+            facts["seed_diff_mean"], facts["seed_diff_sd"] = diffs.mean, diffs.sd
+    grid = _grid(pend) if len(pend.units) >= 2 else None
+    facts["masking_eps"] = grid.masking_eps if grid else ([ref.eps] if facts["masking"] else [])
+    if grid is not None and ref.base is not None:
+        facts["advantage_eps"] = grid.advantage_eps
+        facts["grid_outcomes"] = {f"{e:.4g}": o for e, o in zip(grid.eps, grid.outcomes)}
+    facts["self_transfer"] = pend.name in self_transfer  # its transfer rows are white-box restarts
+    return CandidateJudgement(
+        f"{pend.name}@{pend.threat}",
+        ref.cand,
+        ref.base,
+        facts,
+        pend.spread,
+        len(pend.seeded),
+        grid,
+    )
+
+
+def _grid(pend: _Pending) -> GridNumbers:
+    """The grid's numbers and per-budget decisions of one candidate (categorized units)."""
+    units = pend.units
+    base = units[pend.ref].base
+    masking = [u.facts.get("masking") for u in units]
+    return GridNumbers(
+        pend.threat,
+        pend.name,
+        base["model"] if base else None,
+        [u.eps for u in units],
+        [as_float(u.cand.get(wb_column(GradMode.BLOCKED))) for u in units],
+        [as_float(u.cand["worst_case"]) for u in units],
+        [as_float(u.base["worst_case"]) for u in units] if base else [],
+        [u.eps for u, m in zip(units, masking) if m is True],
+        [str(u.facts.get("outcome", UNDECIDED if u.base else "")) for u in units],
+        masking,
+    )
 
 
 def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> EnergyContrast | None:
@@ -573,9 +855,13 @@ def judge(
     settings: VerdictSettings | None = None,
     self_transfer: Collection[str] = (),
 ) -> Judgement:
-    """The judgement at each threat's reference eps.  ``records`` may be a list (one frame per training
-    seed): numbers then combine into mean ± standard deviation and the category is decided on the seeds
-    pooled with the image as the unit, each seed's own category reported beside it (``seed_agreement``).
+    """The judgement at each threat's reference eps, and at every budget of its grid (where the advantage
+    ends).  ``records`` may be a list (one frame per training seed): numbers then combine into mean ±
+    standard deviation, the category is decided on the seeds pooled with the image as the unit, a claim of
+    "more robust" also needs the per-seed differences' t interval to clear the minimum effect (the
+    architecture claim, :func:`architecture`), and each seed's own category is reported beside it
+    (``seed_agreement``). Every kind of claim is Holm-adjusted across candidates, threats and budgets
+    (:func:`holm_families`).
 
     ``energy``: per model {"noise", "pgd", "lowfreq_pgd"} mean removed shares (``energy.describe_energy``);
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
@@ -588,13 +874,12 @@ def judge(
     if not runs:
         raise ValueError("no records to judge")
     seeds = list(seeds) if seeds is not None else list(range(len(runs)))
-    judged = [
-        _judge_threat(
-            runs, seeds, t, (eps or {}).get(t), baseline, 1.0 / num_classes, settings, self_transfer
-        )
-        for t in threats
-    ]
+    judged = [_judge_threat(runs, seeds, t, (eps or {}).get(t), baseline, settings) for t in threats]
     parts = [j for j in judged if j is not None]
+    pending = [p for j in parts for p in j.pending]
+    family = holm_families([u for p in pending for u in p.units])
+    chance = 1.0 / num_classes
+    candidates = [_finish(p, chance, settings, family, self_transfer) for p in pending]
     contrasts = {m: energy_contrast(row, settings) for m, row in (energy or {}).items()}
     failed = {m: failed_checks(f) for m, f in (diagnostics_failures or {}).items()}
     failed = {m: f for m, f in failed.items() if f}
@@ -606,40 +891,19 @@ def judge(
     numbers["self_transfer"] = numbers["model"].isin(set(self_transfer))
     out = Judgement(
         numbers=numbers,
-        candidates=[c for j in parts for c in j.candidates],
+        candidates=candidates,
         energy={m: c for m, c in contrasts.items() if c is not None},
         diagnostics=failed,
         caution=[],
         settings=settings,
     )
-    claimed = {k.split("@")[0] for k, c in out.categories.items() if c in (ROBUST, MASKING_BUT_ROBUST)}
+    claimed = {k.split("@")[0] for k, c in out.categories.items() if c in CLAIMS_ROBUSTNESS}
     out.caution = sorted(claimed & {m for m, f in failed.items() if doubts_evaluation(f)})
     return out
 
 
-def grid_numbers(
-    runs: Sequence[pd.DataFrame], cand: str, base: str | None, threat: str, settings: VerdictSettings
-) -> GridNumbers | None:
-    """Blocked vs worst case (and the baseline's) at every budget of the grid, averaged over runs, so that
-    masking at budgets other than the reference one is not hidden; None with fewer than two budgets."""
-    grid = [e for e in threat_eps(runs[0], threat) if e > 0]
-    if len(grid) < 2:
-        return None
-    nums = pd.concat([claim_numbers(r, threat=threat, eps=e) for r in runs for e in grid], ignore_index=True)
-    blocked_col = wb_column(GradMode.BLOCKED)
-    mean = nums.groupby(["model", "eps"])[[blocked_col, "worst_case"]].agg(
-        lambda v: pd.to_numeric(v, errors="coerce").mean()
-    )
-
-    def series(model: str, col: str) -> list[float]:
-        return [as_float(mean.loc[(model, e), col]) if (model, e) in mean.index else math.nan for e in grid]
-
-    blocked, worst = series(cand, blocked_col), series(cand, "worst_case")
-    masking_eps = [
-        e for e, b, w in zip(grid, blocked, worst) if not math.isnan(b) and b - w >= settings.gap_tol
-    ]
-    base_worst = series(base, "worst_case") if base is not None else []
-    return GridNumbers(threat, cand, base, grid, blocked, worst, base_worst, masking_eps)
+#: Categories that say the candidate is more robust than the baseline (qualified by failed diagnostics).
+CLAIMS_ROBUSTNESS = (ROBUST, MASKING_BUT_ROBUST, ROBUST_THESE_NETWORKS)
 
 
 def _combine(allnum: pd.DataFrame) -> pd.DataFrame:

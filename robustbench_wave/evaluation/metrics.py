@@ -364,6 +364,39 @@ def binomial_half_cdf(k: int, n: int) -> float:
     return total / 2**n  # int / int is correctly rounded, however large
 
 
+def binomial_tail(k: int, n: int, rate: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, ``rate``): the exact one-sided p-value of H0 "the true rate is at most
+    ``rate``" after k successes in n trials (log-space terms, no overflow for any n). 1.0 for k = 0."""
+    _check_counts(k=k, n=n)
+    if not 0 < rate < 1:
+        raise ValueError(f"rate must be in (0, 1), got {rate}")
+    if k == 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    log_p, log_q = math.log(rate), math.log1p(-rate)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q
+        for j in range(int(k), int(n) + 1)
+    ]
+    top = max(terms)
+    return float(min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms)))
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the input's order: the k-th smallest of m becomes
+    max over j <= k of min(1, (m - j + 1) p_(j)). Rejecting where the adjusted p-value is below alpha controls
+    the familywise error rate at alpha for any dependence between the tests. NaN p-values stay NaN and do
+    not count towards m."""
+    finite = [(p, i) for i, p in enumerate(p_values) if not math.isnan(float(p))]
+    out = [math.nan] * len(p_values)
+    m, running = len(finite), 0.0
+    for rank, (p, i) in enumerate(sorted(finite)):
+        running = max(running, min(1.0, (m - rank) * float(p)))
+        out[i] = running
+    return out
+
+
 def mcnemar_exact(only_a: int, only_b: int, alternative: str = "two-sided") -> float:
     """Exact McNemar p-value from the discordant pairs of two paired binary outcomes.
 
@@ -494,13 +527,14 @@ class PairedComparison:
         if not 0 < margin < 1 or not 0 < alpha < 0.5:
             raise ValueError(f"need 0 < margin < 1 and 0 < alpha < 0.5, got {margin}, {alpha}")
         lo, hi = self.interval(_NORMAL.inv_cdf(1 - alpha))
-        p = max(self._one_sided_p(-margin, lower=True), self._one_sided_p(margin, lower=False))
+        p = max(self.one_sided_p(-margin, lower=True), self.one_sided_p(margin, lower=False))
         inside = not math.isnan(lo) and -margin < lo and hi < margin
         return Equivalence(margin, alpha, lo, hi, p, inside)
 
-    def _one_sided_p(self, bound: float, *, lower: bool) -> float:
+    def one_sided_p(self, bound: float, *, lower: bool) -> float:
         """p-value of H0: diff <= bound (``lower``) or diff >= bound: the level at which the interval's
-        side reaches ``bound`` (bisection on z; the side moves monotonically with z)."""
+        side reaches ``bound`` (bisection on z; the side moves monotonically with z). The 95% interval
+        clears ``bound`` exactly when this is below 0.025."""
         if math.isnan(self.diff) or (self.diff <= bound if lower else self.diff >= bound):
             return 1.0
 
@@ -624,6 +658,53 @@ def seed_spread(values: Sequence[float]) -> SeedSpread:
         return SeedSpread(math.nan, math.nan, 0)
     sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan
     return SeedSpread(float(np.mean(vals)), sd, len(vals))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile of Student's t with ``df`` degrees of freedom (Simpson's rule on the density,
+    bisection on the value; accurate to ~1e-6, far below any level used). No SciPy: the package does not
+    depend on it."""
+    if df < 1 or not 0 < q < 1:
+        raise ValueError(f"need df >= 1 and 0 < q < 1, got {df}, {q}")
+    if q < 0.5:
+        return -t_quantile(1 - q, df)
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(t: float, steps: int = 4000) -> float:  # P(T <= t) for t >= 0
+        h = t / steps
+        xs = np.linspace(0.0, t, steps + 1)
+        f = np.exp(log_c - (df + 1) / 2 * np.log1p(xs * xs / df))
+        return 0.5 + h / 3 * float(f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < q:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class SeedInterval:
+    """The t interval of a per-seed quantity, the training seed as the unit (NaN bounds for one seed)."""
+
+    mean: float
+    sd: float
+    n_seeds: int
+    ci_low: float
+    ci_high: float
+    level: float
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> SeedInterval:
+    """Mean ± t_{n-1} sd / sqrt(n) of per-seed values (e.g. each seed's paired difference): what a claim
+    about an architecture, whose unit is the trained network, rests on. NaN bounds with fewer than 2."""
+    spread = seed_spread(values)
+    if spread.n_seeds < 2:
+        return SeedInterval(spread.mean, spread.sd, spread.n_seeds, math.nan, math.nan, level)
+    half = t_quantile(1 - (1 - level) / 2, spread.n_seeds - 1) * spread.sd / math.sqrt(spread.n_seeds)
+    return SeedInterval(spread.mean, spread.sd, spread.n_seeds, spread.mean - half, spread.mean + half, level)
 
 
 # ------------------------------------------------------------------------------- common corruptions (average)

@@ -19,15 +19,22 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.analysis.verdict import (
+    ADVANTAGE,
     ALL_MODES,
     FILTERS_ADVERSARIAL,
     FILTERS_NOISE,
     INCONCLUSIVE,
+    LESS,
     MASKING,
     MASKING_BUT_ROBUST,
+    MORE_NETWORKS,
     NO_BASELINE,
     NOT_ROBUST,
     ROBUST,
+    ROBUST_THESE_NETWORKS,
+    SMALL,
+    SMALL_DIFFERENCE,
+    UNDECIDED,
     CandidateJudgement,
     EnergyContrast,
     GridNumbers,
@@ -85,9 +92,12 @@ def render(judgement: Judgement) -> Verdict:
 # one candidate
 # --------------------------------------------------------------------------------------------------------
 def _candidate_paragraph(c: CandidateJudgement, gap_tol: float) -> str:
-    """The category's sentence, the seeds' agreement and the grid."""
-    text = _sentence(c.cand, c.base, c.facts, c.spread)
+    """The category's sentence, the architecture claim, the seeds' agreement and the grid."""
+    text = _sentence(c.cand, c.base, c.facts, c.spread, gap_tol)
     facts = c.facts
+    arch = _architecture_sentence(facts)
+    if arch:
+        text += f" {arch}"
     if "seed_agreement" in facts:
         text += (
             f" ({c.n_seeds} training seeds, mean ± sd; category decided on the seeds pooled by image, "
@@ -101,9 +111,31 @@ def _candidate_paragraph(c: CandidateJudgement, gap_tol: float) -> str:
     return f"{text} {grid_text}" if grid_text else text
 
 
+def _architecture_sentence(cat: Mapping[str, Any]) -> str:
+    """What the advantage says about the architecture, the training seed as the unit ("" unless the
+    candidate is more robust than the baseline for these networks)."""
+    arch = cat.get("architecture")
+    if not arch or cat.get("outcome") not in ADVANTAGE:
+        return ""
+    if arch.get("confirmed") is None:
+        return (
+            "With one training seed this is a finding about these networks: the architecture claim cannot be "
+            "confirmed beyond them (train more seeds)."
+        )
+    diffs = ", ".join(points(d) for d in arch["diffs"])
+    margin = number(cat["minimum_effect"], scale=100.0, digits=0, unit=" points")
+    verdict = "confirmed" if arch["confirmed"] else "not confirmed"
+    return (
+        f"For the architecture, the training seed is the unit: the per-seed differences ({diffs}) have mean "
+        f"{points(arch['mean'])} and {100 * arch['level']:.0f}% t interval {interval(*arch['ci'])}, which "
+        f"{'clears' if arch['confirmed'] else 'does not clear'} {margin}: the architecture claim is {verdict}."
+    )
+
+
 def _paired_clause(cat: Mapping[str, Any]) -> str:
     """The paired comparison behind a category, in words ("" without one): the unit (images, and seeds
-    nested in them), the difference and its interval, the exact test and the equivalence test's margin."""
+    nested in them), the difference and its interval against the minimum effect, the exact test, the
+    equivalence test and the Holm family."""
     if cat.get("n_paired") is None:
         return ""
     lo, hi = cat["diff_ci"]
@@ -112,19 +144,24 @@ def _paired_clause(cat: Mapping[str, Any]) -> str:
     unit = cat.get("unit") or f"{cat['n_paired']} images"
     pairs = "examples" if seeds == 1 else "(image, seed) pairs"
     test = "exact McNemar" if seeds == 1 else "exact sign-flip test over images"
+    margin = number(cat["minimum_effect"], scale=100.0, digits=0, unit=" points")
+    clears = "clears" if lo > cat["minimum_effect"] else "does not clear"
     text = (
         f" (paired on {unit}: difference {points(cat['diff'])}, 95% interval "
-        f"{interval(lo, hi)}; {d['only_candidate']} {pairs} survive only in the candidate, "
-        f"{d['only_baseline']} only in the baseline, {test} p = {cat['p_value']:.2g}"
+        f"{interval(lo, hi)}, which {clears} the minimum effect of {margin}; {d['only_candidate']} {pairs} "
+        f"survive only in the candidate, {d['only_baseline']} only in the baseline, {test} p = "
+        f"{cat['p_value']:.2g}"
     )
     eq = cat.get("equivalence")
     if eq:
-        margin = number(eq["margin"], scale=100.0, digits=0, unit=" points")
         within = "within" if eq["equivalent"] else "not shown within"
         text += (
             f"; equivalence test (two one-sided tests, margin ±{margin}): {within} the margin, "
             f"{100 * eq['level']:.0f}% interval {interval(*eq['ci'])}, p = {eq['p_value']:.2g}"
         )
+    family = int(cat.get("holm_family") or 1)
+    if family > 1:
+        text += f"; every decision Holm-adjusted over the verdict's {family} comparisons"
     return text + ")"
 
 
@@ -159,6 +196,20 @@ def _under(cand: Mapping[str, Any], sp: Mapping[str, Any], cat: Mapping[str, Any
     return "; ".join(parts) if parts else "no other attack"
 
 
+_OUTCOME_WORDS = {
+    SMALL: "more robust than the baseline by less than the minimum effect",
+    LESS: "less robust than the baseline by at least the minimum effect",
+    MORE_NETWORKS: "more robust than the baseline for these networks, not confirmed across training seeds",
+}
+
+
+def _gap_clause(cat: Mapping[str, Any]) -> str:
+    """The masking gap with its paired interval ("" without one)."""
+    if "gap_ci" not in cat:
+        return ""
+    return f" (blocked − worst case {points(cat['gap'])}, 95% interval {interval(*cat['gap_ci'])})"
+
+
 def _masking_sentence(
     cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
 ) -> str:
@@ -167,22 +218,31 @@ def _masking_sentence(
         f"Under blocked gradients **{cand['model']}** keeps {percent(cand.get(blocked), sp.get(blocked))} "
         f"at {where} (clean {percent(cand['clean'], sp.get('clean'))}); under attacks that differentiate or "
         f"bypass the front-end ({_under(cand, sp, cat)}) its per-example worst case falls to "
-        f"**{percent(cand['worst_case'], sp.get('worst_case'))}** — "
+        f"**{percent(cand['worst_case'], sp.get('worst_case'))}**{_gap_clause(cat)} — "
     )
     if cat["category"] == MASKING_BUT_ROBUST:
         return text + (
             "part of the robustness measured with blocked gradients is gradient masking, but what "
-            f"survives every attack is still significantly above the baseline: {base_txt}."
+            f"survives every attack is still above the baseline by the minimum effect: {base_txt}."
         )
     text += "the robustness measured with blocked gradients comes from gradient masking"
     if not base_txt:
         return text + "."
-    if cat.get("comparison") == INCONCLUSIVE:
+    outcome = cat.get("comparison")
+    if outcome == UNDECIDED:
         return (
             text + f"; whether what survives is above the baseline is inconclusive at this scale: {base_txt}."
         )
-    than = "even less robust than" if cat.get("below_baseline") else "no more robust than"
-    return text + f", and it is {than} the baseline: {base_txt}."
+    than = _OUTCOME_WORDS.get(str(outcome), "no more robust than the baseline")
+    return text + f", and what survives is {than}: {base_txt}."
+
+
+def _masking_note(cat: Mapping[str, Any], gap_tol: float) -> str:
+    """A gap whose interval straddles ``gap_tol``: masking neither shown nor excluded."""
+    if cat.get("masking") is not None or "gap_ci" not in cat:
+        return ""
+    tol = number(gap_tol, scale=100.0, digits=0, unit=" points")
+    return f" Gradient masking is neither shown nor excluded: the blocked-gradient gap{_gap_clause(cat)} straddles {tol}."
 
 
 def _sentence(
@@ -190,6 +250,7 @@ def _sentence(
     base: Mapping[str, Any] | None,
     cat: Mapping[str, Any],
     spread: Mapping[str, Any] | None = None,
+    gap_tol: float = 0.10,
 ) -> str:
     """One candidate's paragraph: the numbers of :func:`claim_numbers` in the words of its category."""
     sp = spread or {}
@@ -204,27 +265,60 @@ def _sentence(
     category = cat["category"]
     if category in (MASKING, MASKING_BUT_ROBUST):
         return _masking_sentence(cand, cat, sp, where, base_txt)
+    note = _masking_note(cat, gap_tol)
+    head = f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks"
+    head += f" ({_under(cand, sp, cat)}; clean {clean})"
     if category == ROBUST:
         return (
-            f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks "
-            f"({_under(cand, sp, cat)}; clean {clean}), significantly above the baseline — {base_txt}: robust under all "
-            "attacks, as measured."
+            head
+            + f", above the baseline by the minimum effect — {base_txt}: robust under all attacks, as measured.{note}"
         )
-    text = f"**{name}** keeps **{worst}** at {where} in the worst case over all attacks"
-    text += f" ({_under(cand, sp, cat)}; clean {clean})"
+    if category == ROBUST_THESE_NETWORKS:
+        return head + (
+            f", above the baseline by the minimum effect on these networks' images — {base_txt}: more robust "
+            f"for these networks, but not confirmed across training seeds.{note}"
+        )
+    if category == SMALL_DIFFERENCE:
+        return head + (
+            f": above the baseline, but by less than the minimum effect — {base_txt}: a small difference, "
+            f"no natural robustness worth the name.{note}"
+        )
     if category == INCONCLUSIVE:
-        text += f": inconclusive at this scale — {cat['inconclusive_reason']}"
-        return text + (f"; {base_txt}." if base_txt else ".")
+        text = head + f": inconclusive at this scale — {cat['inconclusive_reason']}"
+        return text + (f"; {base_txt}." if base_txt else ".") + note
     if category != NOT_ROBUST:
-        return text + "."
+        return head + "." + note
     if base is not None:
-        how = "even more easily than" if cat.get("below_baseline") else "as well as"
-        return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
-    return text + ": it is at chance level — no natural robustness."
+        how = "even more easily than" if cat.get("outcome") == LESS else "as well as"
+        return head + f": attacks break it {how} the baseline — no natural robustness; {base_txt}.{note}"
+    return head + f": it is at chance level — no natural robustness.{note}"
+
+
+def _runs(eps: Sequence[float], labels: Sequence[str]) -> list[tuple[list[float], str]]:
+    """Consecutive budgets with the same label, grouped."""
+    out: list[tuple[list[float], str]] = []
+    for e, lab in zip(eps, labels):
+        if out and out[-1][1] == lab:
+            out[-1][0].append(e)
+        else:
+            out.append(([e], lab))
+    return out
+
+
+def _where(group: Sequence[float], first: bool, last: bool) -> str:
+    """ε = 0.1, ε ≤ 0.03 (a run from the grid's start), ε ≥ 0.2 (to its end) or ε = 0.03–0.1."""
+    if len(group) == 1:
+        return f"ε = {group[0]:.4g}"
+    if first:
+        return f"ε ≤ {group[-1]:.4g}"
+    if last:
+        return f"ε ≥ {group[0]:.4g}"
+    return f"ε = {group[0]:.4g}–{group[-1]:.4g}"
 
 
 def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
-    """Blocked vs worst case (and the baseline) at every budget of the grid."""
+    """Blocked vs worst case (and the baseline) at every budget of the grid, where the candidate is more
+    robust than the baseline and where that ends, and where masking is shown."""
     eps_txt = ", ".join(f"{e:.4g}" for e in grid.eps)
     parts = []
     if not all(math.isnan(b) for b in grid.blocked):
@@ -233,9 +327,22 @@ def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
     if grid.baseline is not None:
         parts.append(f"worst case of {grid.baseline} " + " / ".join(percent(w) for w in grid.base_worst))
     text = f"Across the {grid.threat} grid (ε = {eps_txt}): " + "; ".join(parts) + "."
+    if grid.baseline is not None and any(grid.outcomes):
+        groups = _runs(grid.eps, grid.outcomes)
+        said = [
+            f"{o if o != UNDECIDED else 'undecided'} at {_where(g, i == 0, i == len(groups) - 1)}"
+            for i, (g, o) in enumerate(groups)
+            if o
+        ]
+        text += " Against the baseline: " + ", ".join(said) + "."
+        if grid.advantage_eps and len(grid.advantage_eps) < len(grid.eps):
+            top = max(grid.advantage_eps)
+            beyond = [e for e in grid.eps if e > top]
+            if beyond:
+                text += f" The advantage ends above ε = {top:.4g}."
     if grid.masking_eps:
-        text += " Blocked-gradient robustness exceeds the worst case by at least "
-        text += f"{number(gap_tol, scale=100.0, digits=0, unit=' points')} at ε = "
+        text += " Blocked-gradient robustness exceeds the worst case by more than "
+        text += f"{number(gap_tol, scale=100.0, digits=0, unit=' points')} (95% interval) at ε = "
         text += f"{', '.join(f'{e:.4g}' for e in grid.masking_eps)}."
     return text
 
@@ -287,11 +394,16 @@ def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, 
     if cats == {INCONCLUSIVE}:
         reasons = dict.fromkeys(str(details.get(k, {}).get("inconclusive_reason", "")) for k in categories)
         return "inconclusive at this scale: " + "; ".join(r for r in reasons if r) + "."
-    if cats <= {MASKING, NOT_ROBUST}:
+    if cats <= {MASKING, NOT_ROBUST, SMALL_DIFFERENCE}:
         if MASKING in cats:
             return (
                 "the claim is not supported: the robustness seen with blocked gradients disappears under "
                 "attacks that differentiate or bypass the front-end (gradient masking)."
+            )
+        if SMALL_DIFFERENCE in cats:
+            return (
+                "the claim is not supported: under honest attacks the model is at most a little more robust "
+                "than the baseline, by less than the minimum effect."
             )
         return (
             "the claim is not supported: the model is no more robust than the baseline under honest attacks."
@@ -299,5 +411,19 @@ def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, 
     if cats == {NO_BASELINE}:
         return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
     if cats == {ROBUST}:
-        return "the claim holds as measured: the model is more robust than the baseline under every attack."
+        seeds = [d.get("architecture", {}).get("confirmed") for d in details.values()]
+        scope = (
+            "and across training seeds"
+            if all(seeds)
+            else "for these networks (one training seed cannot confirm the architecture)"
+        )
+        return (
+            "the claim holds as measured: the model is more robust than the baseline under every attack, by "
+            f"at least the minimum effect, {scope}."
+        )
+    if cats == {ROBUST_THESE_NETWORKS}:
+        return (
+            "the claim is not confirmed for the architecture: these networks are more robust than the "
+            "baseline by at least the minimum effect, but the training seeds' own differences do not agree."
+        )
     return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."

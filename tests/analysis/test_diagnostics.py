@@ -257,15 +257,19 @@ def test_record_check_numbers():
     """The numbers behind the planted cases: violations / compared, the rise, the gap share."""
     iterative = get_check("iterative_beats_single_step")()
     fired = iterative.run(CHECK_CASES["iterative_beats_single_step"].fire(), "exact")
-    assert fired.numbers["Linf@0.1"] == "8/20 (reverse 0, p=0.0039)"  # 2^-8
+    # P(X >= 8 | 20, 0.02): the tolerated rate of 2% against 8 of the 20 points PGD held
+    assert fired.numbers["Linf@0.1"] == "8/20 held (reverse 0, p=2.6e-09 vs rate 2%)"
     assert fired.numbers["worst_share"] == pytest.approx(0.4) and fired.numbers["alpha"] == 0.01
     assert fired.numbers["source"] == "records" and fired.numbers["fired_at"] == "Linf@0.1"
     rise = get_check("eps_monotone")().run(CHECK_CASES["eps_monotone"].fire(), "exact")
     assert rise.numbers["max_rise"] == pytest.approx(0.3)
     gap = get_check("gradient_mode_gap")().run(CHECK_CASES["gradient_mode_gap"].fire(), "blocked")
-    assert gap.numbers["worst_gap_share"] == pytest.approx(0.7)
-    # BPDA holds only examples 0-1, blocked PGD holds 0-15: 14 of 20 points, none the other way (p = 2^-14)
-    assert gap.numbers["Linf@0.1"] == "blocked 0.800 vs others 0.100, gap 14/20 (reverse 0, p=6.1e-05)"
+    assert gap.numbers["worst_gap_share"] == pytest.approx(14 / 16)
+    # BPDA holds only examples 0-1, blocked PGD holds 0-15: 14 of the 16 points blocked PGD held fall
+    assert (
+        gap.numbers["Linf@0.1"]
+        == "blocked 0.800 vs others 0.100, gap 14/16 held (reverse 0, p=6.7e-17 vs rate 5%)"
+    )
     last = get_check("best_vs_last_iterate")().run(CHECK_CASES["best_vs_last_iterate"].honest(), "exact")
     assert last.numbers["silent_successes"] == 3 and last.numbers["uncounted_last_iterate_successes"] == 0
 

@@ -17,13 +17,16 @@ from robustbench_wave.analysis.verdict import (
     FILTERS_ADVERSARIAL,
     INCONCLUSIVE,
     MASKING,
+    NO_DIFFERENCE,
     NOT_ROBUST,
     ROBUST,
+    UNDECIDED,
     VerdictSettings,
     categorize,
     claim_numbers,
     clean_floor,
     judge,
+    paired_masking,
     paired_worst_case,
 )
 from robustbench_wave.evaluation.metrics import paired_table
@@ -63,20 +66,28 @@ def test_claim_numbers_per_mode_and_worst_case():
 def _judge(records: pd.DataFrame, cand: str, base: str, settings: VerdictSettings | None = None) -> dict:
     rows = _rows(records)
     paired = paired_worst_case(records, cand, base, "Linf", 0.1)
+    masking = paired_masking(records, cand, "Linf", 0.1)
     return categorize(
-        rows[cand], rows[base], chance=CHANCE, settings=settings or VerdictSettings(), paired=paired
+        rows[cand],
+        rows[base],
+        chance=CHANCE,
+        settings=settings or VerdictSettings(),
+        paired=paired,
+        masking=masking,
     )
 
 
 def test_categories_follow_the_numbers():
-    """Masking = blocked minus worst case >= gap_tol; robust = the paired test puts the candidate's worst
-    case significantly above the baseline's on the same examples."""
+    """Masking = the paired 95% interval of blocked minus worst case clears gap_tol; robust = the paired
+    interval of the candidate's worst case minus the baseline's on the same examples clears the minimum
+    effect (10 points)."""
     masked = _judge(_run(), "wavelet", "patch")
     assert masked["gap"] == pytest.approx(0.87) and masked["masking"] is True
     assert masked["above_baseline"] is False and masked["diff"] == pytest.approx(-0.01)
     # nested robust sets: the baseline's 4 robust examples hold the candidate's 3 -- one discordant pair
     assert masked["discordant"] == {"only_candidate": 0, "only_baseline": 1} and masked["p_value"] == 1.0
-    assert masked["category"] == MASKING and masked["comparison"] == "decided"
+    assert masked["gap_ci"][0] > 0.10  # the gap's interval clears the tolerance
+    assert masked["category"] == MASKING and masked["comparison"] == NO_DIFFERENCE
 
     robust = masking_spec(blocked=60, exact=60, bpda=60, square=60, transfer=60)
     records = pd.concat([synthetic_records("w", robust), synthetic_records("p", baseline_spec(pgd=5))])
@@ -88,12 +99,13 @@ def test_categories_follow_the_numbers():
     records = pd.concat([synthetic_records("w", honest), synthetic_records("p", baseline_spec())])
     cat = _judge(records, "w", "p")
     assert cat["gap"] == pytest.approx(0.01) and cat["masking"] is False and cat["category"] == NOT_ROBUST
+    assert cat["gap_ci"][1] < 0.10  # masking excluded by the interval, not by the point estimate
     lo, hi = cat["diff_ci"]
     assert lo < 0.01 < hi  # not significant, but within the margin by two one-sided tests: decided
     assert cat["equivalence"]["equivalent"] and cat["equivalence"]["margin"] == EQUIVALENCE_MARGIN
     assert cat["equivalence"]["p_value"] < 0.05 and cat["equivalence"]["level"] == pytest.approx(0.9)
-    # a looser tolerance turns the same numbers into masking
-    assert _judge(records, "w", "p", VerdictSettings(gap_tol=0.005))["masking"]
+    # a tolerance inside the gap's interval leaves masking undecided (neither shown nor excluded)
+    assert _judge(records, "w", "p", VerdictSettings(gap_tol=0.005))["masking"] is None
     with_no_pairs = categorize(
         _rows(records)["w"], _rows(records)["p"], chance=CHANCE, settings=VerdictSettings()
     )
@@ -104,16 +116,27 @@ def test_categories_follow_the_numbers():
 
 def test_paired_test_sees_what_overlapping_wilson_intervals_miss():
     """30% vs 15% of 100, the baseline's robust examples a subset of the candidate's: the two Wilson
-    intervals overlap ([21.9, 39.6] and [9.3, 23.3]), so the old rule said "not robust"; the 15 discordant
-    pairs all go one way (McNemar p = 2^-14)."""
+    intervals overlap ([21.9, 39.6] and [9.3, 23.3]); the 15 discordant pairs all go one way (McNemar p =
+    2^-14). Significant, but the paired interval [+8, +23] does not clear the minimum effect of 10 points
+    (the old rule said robust on significance alone): inconclusive. On 400 images it clears it."""
     cand = masking_spec(blocked=30, exact=30, bpda=30, square=30, transfer=30)
     records = pd.concat([synthetic_records("w", cand), synthetic_records("p", baseline_spec(pgd=15))])
     cat = _judge(records, "w", "p")
-    assert cat["category"] == ROBUST and cat["p_value"] == pytest.approx(2.0**-14)
+    assert cat["category"] == INCONCLUSIVE and cat["p_value"] == pytest.approx(2.0**-14)
+    assert cat["above_baseline"] and cat["diff_ci"][0] < 0.10 < cat["diff_ci"][1]
     v = verdict(records, num_classes=4, threats=("Linf",))
-    assert v.categories == {"w@Linf": ROBUST}
+    assert v.categories == {"w@Linf": INCONCLUSIVE}
     assert "paired on 100 images: difference +15.0 points" in v.text and "McNemar p = 6.1e-05" in v.text
+    assert "does not clear the minimum effect of 10 points" in v.text
     assert "equivalence test (two one-sided tests, margin ±10 points): not shown within the margin" in v.text
+    cand = masking_spec(blocked=120, exact=120, bpda=120, square=120, transfer=120)
+    spec = baseline_spec(pgd=60, square=60)
+    for d in (cand, spec):
+        d.update({key: 400 for key in d if key[1] == "noise_sign"})
+    records = pd.concat([synthetic_records("w", cand, n=400), synthetic_records("p", spec, n=400)])
+    v = verdict(records, num_classes=4, threats=("Linf",))
+    assert v.categories == {"w@Linf": ROBUST} and v.details["w@Linf"]["diff_ci"][0] > 0.10
+    assert "which clears the minimum effect of 10 points" in v.text
 
 
 def test_masking_verdict_renders_the_numbers():
@@ -278,11 +301,11 @@ def test_wide_interval_is_inconclusive_narrow_one_decides():
     d = small.details["w@Linf"]
     assert small.categories == {"w@Linf": INCONCLUSIVE}
     assert not d["equivalence"]["equivalent"] and d["p_value"] == 0.5
-    assert "does not place it within ±10 points" in d["inconclusive_reason"]
+    assert "nor lies within ±10 points by the equivalence test" in d["inconclusive_reason"]
     assert (
         "attack more examples" in d["inconclusive_reason"] and "inconclusive at this scale" in small.headline
     )
-    assert verdict(run(1000, 300, 200), num_classes=4, threats=("Linf",)).categories == {"w@Linf": ROBUST}
+    assert verdict(run(1000, 350, 200), num_classes=4, threats=("Linf",)).categories == {"w@Linf": ROBUST}
     # masking stands on its own; only the comparison with the baseline is left open
     masked = verdict(
         pd.concat(
@@ -295,7 +318,7 @@ def test_wide_interval_is_inconclusive_narrow_one_decides():
         threats=("Linf",),
     )
     assert masked.categories == {"w@Linf": MASKING}
-    assert masked.details["w@Linf"]["comparison"] == INCONCLUSIVE
+    assert masked.details["w@Linf"]["comparison"] == UNDECIDED
     assert "whether what survives is above the baseline is inconclusive at this scale" in masked.text
 
 
@@ -376,10 +399,10 @@ def test_an_interval_reaching_past_the_margin_is_not_no_robustness():
     assert paired.ci_low < 0 < paired.ci_high < 0.18 and paired.ci_width < 0.20
     cat = categorize(rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(), paired=paired)
     assert cat["category"] == INCONCLUSIVE and not cat["equivalence"]["equivalent"]
-    assert "does not place it within ±10 points" in cat["inconclusive_reason"]
-    # a margin wide enough to hold the whole 90% interval decides it
+    assert "nor lies within ±10 points by the equivalence test" in cat["inconclusive_reason"]
+    # a minimum effect wide enough to hold the whole 90% interval decides it
     wide = categorize(
-        rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(equivalence_margin=0.2), paired=paired
+        rows["w"], rows["p"], chance=CHANCE, settings=VerdictSettings(minimum_effect=0.2), paired=paired
     )
     assert wide["category"] == NOT_ROBUST and wide["equivalence"]["equivalent"]
 
@@ -406,10 +429,10 @@ def test_cumulative_and_self_transfer_numbers_say_what_they_are():
 
 
 def test_pooled_comparison_decides_and_the_seeds_agreement_stands_beside_it():
-    """Seeds keep 9, 12 and 6 of 30 images (the baseline 4): on its own only the second seed is significant
-    (8 discordant pairs), the others are undecided, so a per-seed majority would say inconclusive. Pooled by
-    image, the 8 images that differ all favour the candidate (d = 3, 3, 2, 2, 2, 1, 1, 1): the exact
-    sign-flip test gives p = 2 / 2^8, significant, and the pooled category stands."""
+    """Seeds keep 14, 18 and 12 of 30 images (the baseline 4): on its own the third seed is undecided
+    (+26.7 points, interval reaching under 10). Pooled by image, the 14 images that differ all favour the
+    candidate: the exact sign-flip test gives p = 2 / 2^14, the interval clears 10 points, and so does the
+    seeds' t interval (the architecture claim): the pooled category stands, "2/3 seeds" beside it."""
     runs = [
         pd.concat(
             [
@@ -417,11 +440,11 @@ def test_pooled_comparison_decides_and_the_seeds_agreement_stands_beside_it():
                 synthetic_records("p", baseline_spec(pgd=4, square=4), n=30),
             ]
         )
-        for k in (9, 12, 6)
+        for k in (14, 18, 12)
     ]
     v = verdict(runs, num_classes=4, threats=("Linf",), seeds=[0, 1, 2])
     d = v.details["w@Linf"]
-    assert d["p_value"] == pytest.approx(2 / 2**8) and d["unit"] == "30 images × 3 seeds"
-    assert v.categories == {"w@Linf": ROBUST}
-    assert d["seed_categories"] == [INCONCLUSIVE, ROBUST, INCONCLUSIVE] and d["seed_agreement"] == "1/3 seeds"
-    assert "category decided on the seeds pooled by image, reached by 1/3 seeds on their own" in v.text
+    assert d["p_value"] == pytest.approx(2 / 2**14) and d["unit"] == "30 images × 3 seeds"
+    assert v.categories == {"w@Linf": ROBUST} and d["architecture"]["confirmed"] is True
+    assert d["seed_categories"] == [ROBUST, ROBUST, INCONCLUSIVE] and d["seed_agreement"] == "2/3 seeds"
+    assert "category decided on the seeds pooled by image, reached by 2/3 seeds on their own" in v.text

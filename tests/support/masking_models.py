@@ -318,6 +318,22 @@ _FGSM_BREAKS_8 = attack_rows("fgsm", "fgsm", "white-box", 0.1, _BREAKS_FIRST_8)
 _NOISE_BREAKS_8 = attack_rows("noise_sign", "noise", "noise", 0.1, _BREAKS_FIRST_8)
 
 
+def square_breaks_held(
+    n: int = 500, square_share: float = 0.05, pgd_held: float = 0.6, mode: str = "exact", reverse: int = 0
+) -> pd.DataFrame:
+    """Records of a planted model: PGD holds the first ``pgd_held`` of ``n`` points, Square breaks
+    ``square_share`` of them -- more than the 2% the pairwise checks tolerate at 5%, an honest attack pair's
+    share at 1%. With ``reverse`` = 0 Square ran skip-broken (only on the points PGD held); otherwise on every
+    point, holding ``reverse`` of those PGD broke (the reverse pairs the old McNemar rule let excuse it)."""
+    held = round(pgd_held * n)
+    breaks = round(square_share * held)
+    pgd = _pgd(0.1, [i < held for i in range(n)], mode=mode)
+    ran = [i < held for i in range(n)] if reverse == 0 else [True] * n
+    correct = [breaks <= i < held + reverse for i in range(n)]
+    square = attack_rows("square", "square", "black-box", 0.1, correct, ran, mode=mode)
+    return pd.concat([clean_rows(n, mode=mode), pgd, square], ignore_index=True)
+
+
 @dataclass(frozen=True)
 class CheckCase:
     """A check's planted case (it must fail) and honest case (it must pass), each judged under a mode;
@@ -345,8 +361,13 @@ CHECK_CASES: dict[str, CheckCase] = {
         honest=lambda: _records(_pgd(0.1, [True] * 6 + [False] * 4), _pgd(0.2, [True] * 3 + [False] * 7)),
         also_fire=(_swept(RoughnessTrap),),
     ),
+    # and Square breaking 5% of the 300 points PGD held (n = 500): above the tolerated 2% (one-sided binomial)
     "whitebox_beats_blackbox": CheckCase(
-        fire=_mode_gap_records, honest=_mode_gap_records, fire_mode="blocked", honest_mode="bpda"
+        fire=_mode_gap_records,
+        honest=_mode_gap_records,
+        fire_mode="blocked",
+        honest_mode="bpda",
+        also_fire=(lambda: CheckInputs(records=square_breaks_held(500, 0.05, mode="blocked")),),
     ),
     # noise breaks examples 0-7 which the white-box attack holds, vs the white-box attack breaking them too
     "whitebox_beats_noise": CheckCase(

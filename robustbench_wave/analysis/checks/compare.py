@@ -2,9 +2,10 @@
 
 A masking check asks "did the *weaker* evidence (FGSM, noise, Square, another gradient mode) break a point
 that the *stronger* attack held?" -- per example, never by comparing two accuracies (Croce & Hein 2020).
-This module selects the rows a gradient mode sees (:func:`mode_view`) and counts such violations and the
-reverse pairs (:func:`compare_groups`), telling apart a point an attack held from one it skipped under
-``skip_broken``; a check fires only on a significant excess (:data:`PAIRED_ALPHA`, :func:`decide`). A transfer
+This module selects the rows a gradient mode sees (:func:`mode_view`) and counts such violations among the
+points the strong group held (:func:`compare_groups`), telling apart a point an attack held from one it skipped under
+``skip_broken``; a check fires when the weak group breaks significantly more than a small tolerated rate of
+the points the strong group held (:data:`PAIRED_ALPHA`, :func:`decide`). A transfer
 attack crafted on the attacked model itself is a white-box restart, not a black-box attack
 (:func:`self_transfer_models`, :func:`as_white_box_restarts`).
 The per-example statuses themselves come from :mod:`robustbench_wave.evaluation.metrics`.
@@ -21,9 +22,9 @@ import pandas as pd
 
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with, family_spec, list_families
 from robustbench_wave.evaluation.metrics import (
+    binomial_tail,
     clean_correct,
     example_status,
-    mcnemar_exact,
     threat_eps,
     worst_case_rows,
 )
@@ -33,13 +34,15 @@ from .base import CheckResult
 
 RECORD_THREATS = (Threat.LINF.value, Threat.L2.value)  # the norms the pairwise checks compare
 PAIRED_ALPHA = 0.01
-"""Level of the one-sided exact McNemar test a pairwise check needs before it fires (per threat and budget).
+"""Level of the one-sided exact binomial test a pairwise check needs before it fires (per threat and budget).
 
-A weaker attack (FGSM, noise, Square, transfer) breaking a few points the stronger one held is ordinary
-when the stronger attack breaks as many points the weaker one held: two attacks land on different sides
-of the decision boundary near its edge. Only a significant excess is evidence of masking. 0.01 rather than
-0.05 because a check tests every budget of both threats (up to ~10 tests per mode). When ``skip_broken`` hid
-the reverse pairs, they count as none, so a check then needs at least 7 violations (2^-7 < 0.01).
+The null is a small tolerated rate (the check's ``tol``): among the points the stronger attack held, the
+weaker one breaks at most that share. Two honest attacks of one strength land on different sides of the
+decision boundary near its edge now and then, so a rate of zero would fire on every honest model; a rate of
+a few percent is what the field's checklists tolerate (Carlini et al. 2019, Croce & Hein 2020). The strong
+attack's own exclusive breaks do not excuse the weak one's: they say the strong attack is strong elsewhere,
+not that it found the points it missed. 0.01 rather than 0.05 because a check tests every budget of both
+threats (up to ~10 tests per mode).
 """
 _NEEDED = (
     "model",
@@ -104,45 +107,49 @@ def attacked_eps(rows: pd.DataFrame, threat: str) -> list[float]:
 class Discordance:
     """One strong-vs-weak comparison at one (threat, eps), on the clean-correct points both groups judged.
 
-    ``violations``: the weak group broke the point, the strong group held it; ``reverse``: the strong group
-    broke it, the weak group held it. Points the strong group broke but the weak group skipped
-    (``skip_broken`` ran it only on what was left) cannot be reverse pairs the records show: they count as
-    none (``hidden`` says how many), the most alarming reading.
+    ``held``: the points the strong group held (and the weak group attacked); ``violations``: of those, the
+    ones the weak group broke; ``reverse``: the strong group broke the point, the weak group held it (shown,
+    not tested: the strong group's own breaks do not excuse the weak group's). ``hidden``: points the weak
+    group broke whose strong-group status is unknown (``skip_broken`` ran the strong group only on what was
+    left): possible violations these records cannot show.
     """
 
     violations: int
-    reverse: int
-    compared: int
+    held: int
+    reverse: int = 0
     hidden: int = 0
 
     @property
     def share(self) -> float:
-        return self.violations / self.compared if self.compared else 0.0
+        """The weak group's exclusive breaks as a share of the points the strong group held."""
+        return self.violations / self.held if self.held else 0.0
 
-    @property
-    def p_value(self) -> float:
-        """One-sided exact McNemar: P(at least ``violations`` of the discordant pairs go the weak group's
-        way) if both groups were equally strong."""
-        return mcnemar_exact(self.violations, self.reverse, "greater")
+    def p_value(self, rate: float) -> float:
+        """One-sided exact binomial: P(at least ``violations`` of the ``held`` points fall to the weak group)
+        if it broke each point the strong group held with probability ``rate`` (the tolerated rate)."""
+        return binomial_tail(self.violations, self.held, rate)
 
-    def fires(self, tol: float, alpha: float) -> bool:
-        """More than ``tol`` of the compared points, AND significant at ``alpha``: a handful of points the
-        strong group offsets with its own exclusive breaks is not evidence."""
-        return self.share > tol and self.p_value < alpha
+    def fires(self, rate: float, alpha: float) -> bool:
+        """The weak group breaks significantly more than ``rate`` of the points the strong group held."""
+        return self.p_value(rate) < alpha
 
-    def text(self) -> str:
-        hidden = f" + {self.hidden} unseen" if self.hidden else ""
-        return f"{self.violations}/{self.compared} (reverse {self.reverse}{hidden}, p={self.p_value:.2g})"
+    def text(self, rate: float) -> str:
+        hidden = f", {self.hidden} unseen" if self.hidden else ""
+        return (
+            f"{self.violations}/{self.held} held (reverse {self.reverse}{hidden}, "
+            f"p={self.p_value(rate):.2g} vs rate {rate:.0%})"
+        )
 
 
 def compare_groups(
     rows: pd.DataFrame, strong: pd.Series, weak: pd.Series, threat: str, eps: float
 ) -> Discordance | None:
-    """Clean-correct examples where the *weak* group broke the point but the *strong* group held it, and the
-    reverse.
+    """Among the clean-correct examples the *strong* group held, those the *weak* group broke; and the
+    reverse pairs and the weak group's breaks the strong group skipped (for the text).
 
     None when the comparison is impossible: the weak group broke points, but the strong group skipped every
-    one of them (``skip_broken`` with the weak attack first in the suite), or no point is known to both.
+    one of them (``skip_broken`` with the weak attack first in the suite), or no point is known to both. With
+    no point held by the strong group there is nothing to violate: ``held`` = 0, p = 1.
     """
     clean = clean_correct(rows)
     ids = clean.index[clean.to_numpy()]
@@ -155,22 +162,30 @@ def compare_groups(
         return None
     return Discordance(
         violations=int(((s == 0) & (w == 1) & known).sum()),
+        held=int(((s == 0) & known).sum()),
         reverse=int(((s == 1) & (w == 0) & known).sum()),
-        compared=int(known.sum()),
-        hidden=int(((s == 1) & w.isna()).sum()),
+        hidden=int(((w == 1) & s.isna()).sum()),
     )
 
 
-def decide(found: dict[str, Discordance], tol: float, alpha: float) -> tuple[bool, dict[str, Any], str]:
-    """The verdict over every (threat, eps) compared: fails where any comparison :meth:`Discordance.fires`.
+def decide(
+    found: dict[str, Discordance], tol: float, alpha: float
+) -> tuple[bool | None, dict[str, Any], str]:
+    """The verdict over every (threat, eps) compared: fails where any comparison :meth:`Discordance.fires`
+    (the weak group breaks significantly more than ``tol`` of the points the strong group held).
 
-    Returns (passed, numbers, a sentence naming the deciding comparison: the first that fired, or the first
-    whose share exceeded ``tol`` without being significant; empty when every share is within ``tol``).
+    A pass is only as good as the pairs the records show: when ``skip_broken`` hid weak-group breaks from
+    the strong group (``hidden``), nothing fired and the records cannot decide (None), so the check reads
+    the diagnostics subset instead, whose attacks ran on every point (:class:`.base.RecordCheck`). A
+    failure stands: the hidden points could only add violations.
+
+    Returns (passed, numbers, a sentence naming the deciding comparison: the first that fired, or the one
+    with the largest share when nothing fired).
     """
     fired = [k for k, d in found.items() if d.fires(tol, alpha)]
     numbers: dict[str, Any] = {
         "worst_share": max(d.share for d in found.values()),
-        "tolerance": tol,
+        "tolerated_rate": tol,
         "alpha": alpha,
     }
     if fired:
@@ -180,21 +195,28 @@ def decide(found: dict[str, Discordance], tol: float, alpha: float) -> tuple[boo
             False,
             numbers,
             (
-                f" (at {fired[0]}: {d.violations} of {d.compared} points, against {d.reverse} the other way; "
-                f"one-sided exact McNemar p = {d.p_value:.2g} < {alpha})"
+                f" (at {fired[0]}: {d.violations} of the {d.held} points the stronger attack held, "
+                f"{d.share:.1%}; one-sided exact binomial p = {d.p_value(tol):.2g} < {alpha} against a "
+                f"tolerated rate of {tol:.0%})"
             ),
         )
-    few = [k for k, d in found.items() if d.share > tol]
-    if not few:
-        return True, numbers, ""
-    d = found[few[0]]
+    key, d = max(found.items(), key=lambda kv: kv[1].share)
+    if any(f.hidden for f in found.values()):
+        return (
+            None,
+            numbers,
+            (
+                "; skip_broken hid whether the stronger attack holds some points the weaker one broke, so "
+                "these records cannot show every violation"
+            ),
+        )
     return (
         True,
         numbers,
         (
-            f"; at {few[0]} the weaker evidence broke {d.violations} of {d.compared} points the stronger attack "
-            f"held, against {d.reverse} the other way -- too few to count (one-sided exact McNemar p = "
-            f"{d.p_value:.2g} >= {alpha})"
+            f"; at most {d.violations} of the {d.held} points the stronger attack held ({key}, {d.share:.1%}) "
+            f"fall to the weaker evidence: not significantly above the tolerated rate of {tol:.0%} "
+            f"(one-sided exact binomial p = {d.p_value(tol):.2g} >= {alpha})"
         ),
     )
 
@@ -219,9 +241,10 @@ def pairwise_result(
     threats: Sequence[str] = RECORD_THREATS,
     alpha: float = PAIRED_ALPHA,
 ) -> CheckResult:
-    """Per (threat, eps) the weak group ran at: the points the weak group broke but the strong group held
-    (:class:`Discordance`); fails where their share exceeds ``tol`` and the one-sided exact McNemar test on
-    the discordant pairs is significant at ``alpha`` (:func:`decide`)."""
+    """Per (threat, eps) the weak group ran at: the points the weak group broke among those the strong group
+    held (:class:`Discordance`); fails where the one-sided exact binomial test puts their rate significantly
+    above the tolerated rate ``tol`` at ``alpha``; not measurable where skip-broken hid pairs and nothing
+    fired (:func:`decide`)."""
     numbers: dict[str, Any] = {}
     found: dict[str, Discordance] = {}
     for threat in threats:
@@ -233,7 +256,7 @@ def pairwise_result(
                 continue
             key = f"{threat}@{eps:.4g}"
             found[key] = res
-            numbers[key] = res.text()
+            numbers[key] = res.text(tol)
     if not found:
         return CheckResult(
             name,
@@ -244,6 +267,8 @@ def pairwise_result(
         )
     passed, extra, note = decide(found, tol, alpha)
     numbers.update(extra)
+    if passed is None:
+        return CheckResult(name, None, numbers, f"not measurable on these records{note}", mode)
     meaning = (words.meaning_pass if passed else words.meaning_fail) + note
     return CheckResult(name, passed, numbers, meaning, mode)
 

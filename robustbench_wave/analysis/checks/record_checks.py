@@ -3,9 +3,10 @@
 Each compares, per example, what different attacks of one run did: a weaker attack (single-step, random
 noise, gradient-free, another gradient mode) must never break a point the stronger white-box attack held,
 accuracy must never rise with the budget, and a point broken at any iterate must count as broken. The four
-pairwise checks fire only when such points exceed their share ``tol`` AND outnumber the reverse pairs
-significantly: a one-sided exact McNemar test at ``alpha`` (default :data:`.compare.PAIRED_ALPHA`), so a
-handful of points the stronger attack offsets with its own exclusive breaks raises no alarm.
+pairwise checks fire when, among the points the stronger attack held, the weaker one breaks significantly
+more than a small tolerated rate ``tol``: a one-sided exact binomial test at ``alpha`` (default
+:data:`.compare.PAIRED_ALPHA`), whatever the reverse pairs (the stronger attack's own breaks do not excuse
+the weaker one's).
 """
 
 from __future__ import annotations
@@ -49,14 +50,15 @@ class IterativeBeatsSingleStep(RecordCheck):
     ball: PGD, APGD, ...) against ``Trait.SINGLE_STEP`` (FGSM).
 
     A failure means the iterative attack is not following the gradient (bad step size, or a masked or noisy
-    loss surface), so the reported robust accuracy is over-estimated. It fires only when FGSM's exclusive
-    breaks exceed ``tol`` and significantly outnumber PGD's (one-sided exact McNemar at ``alpha``). Numbers:
-    violations / compared per (threat, eps), the reverse pairs, the p-value and the worst share.
+    loss surface), so the reported robust accuracy is over-estimated. It fires when FGSM breaks
+    significantly more than ``tol`` of the points the iterative attack held (one-sided exact binomial at
+    ``alpha``). Numbers: violations / held per (threat, eps), the reverse pairs, the p-value and the worst
+    share.
     """
 
     name: ClassVar[str] = "iterative_beats_single_step"
-    tol: float = 0.02  # share of compared points FGSM breaks but the iterative attack holds
-    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
+    tol: float = 0.02  # tolerated rate: share of the points the iterative attack held that FGSM may break
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact binomial test against that rate
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         rows = mode_view(check_records(records), mode)
@@ -179,15 +181,15 @@ class WhiteboxBeatsBlackbox(RecordCheck):
     """White-box attacks must break every point a black-box (Square) or transfer attack breaks (AutoAttack).
 
     A failure means the gradients the white-box attack follows are misleading: gradient masking (Athalye et
-    al. 2018; Croce & Hein 2020). It fires only when the points Square/transfer broke but white-box held
-    exceed ``tol`` and significantly outnumber the reverse pairs (one-sided exact McNemar at ``alpha``). A
+    al. 2018; Croce & Hein 2020). It fires when Square/transfer break significantly more than ``tol`` of the
+    points white-box held (one-sided exact binomial at ``alpha``). A
     transfer attack crafted on the model itself is a white-box restart: ``run_diagnostics`` relabels it
     (:func:`.compare.as_white_box_restarts`) before this check reads the records.
     """
 
     name: ClassVar[str] = "whitebox_beats_blackbox"
-    tol: float = 0.02  # share of compared points Square/transfer break but white-box holds
-    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
+    tol: float = 0.02  # tolerated rate: share of the points white-box held that Square/transfer may break
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact binomial test against that rate
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         return _white_box_against(
@@ -212,14 +214,14 @@ class WhiteboxBeatsBlackbox(RecordCheck):
 class WhiteboxBeatsNoise(RecordCheck):
     """White-box attacks must break every point random noise of the same norm breaks.
 
-    A failure means the attack is weaker than guessing: its gradients carry no information. It fires only
-    when those points exceed ``tol`` and significantly outnumber the reverse pairs (one-sided exact McNemar
-    at ``alpha``).
+    A failure means the attack is weaker than guessing: its gradients carry no information. It fires when
+    noise breaks significantly more than ``tol`` of the points white-box held (one-sided exact binomial at
+    ``alpha``).
     """
 
     name: ClassVar[str] = "whitebox_beats_noise"
-    tol: float = 0.02  # share of compared points noise breaks but white-box holds
-    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
+    tol: float = 0.02  # tolerated rate: share of the points white-box held that noise may break
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact binomial test against that rate
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         return _white_box_against(
@@ -245,15 +247,16 @@ class GradientModeGap(RecordCheck):
     transfer attacks.
 
     A failure means the robustness exists only because gradients are blocked or shattered: gradient masking
-    (Athalye et al. 2018). It fires only when such points exceed ``tol`` and significantly outnumber the
-    points this mode broke and the others held (one-sided exact McNemar at ``alpha``); a transfer crafted on
+    (Athalye et al. 2018). It fires when the other evidence breaks significantly more than ``tol`` of the
+    points this mode held (one-sided exact binomial at ``alpha``); a transfer crafted on
     the model itself counts as an exact-gradient white-box run. Numbers: both robust accuracies and
     violations / compared per (threat, eps).
     """
 
     name: ClassVar[str] = "gradient_mode_gap"
-    tol: float = 0.05  # share held in this mode but broken by the other evidence
-    alpha: float = PAIRED_ALPHA  # level of the one-sided exact McNemar test that must also reject
+    tol: float = 0.05  # tolerated rate: share held in this mode that the other evidence may break (two
+    # different gradients, e.g. exact and BPDA, legitimately find different points near the boundary)
+    alpha: float = PAIRED_ALPHA  # level of the one-sided exact binomial test against that rate
 
     def judge(self, records: pd.DataFrame, mode: str) -> CheckResult:
         check_records(records)
@@ -274,12 +277,14 @@ class GradientModeGap(RecordCheck):
                 found[key] = res
                 acc_mode, _ = robust_accuracy(rows[~other], threat, eps)
                 acc_other, _ = robust_accuracy(rows[~own], threat, eps)
-                numbers[key] = f"{mode} {acc_mode:.3f} vs others {acc_other:.3f}, gap {res.text()}"
+                numbers[key] = f"{mode} {acc_mode:.3f} vs others {acc_other:.3f}, gap {res.text(self.tol)}"
         if not found:
             return CheckResult(self.name, None, numbers, "not measurable: no example attacked in both", mode)
         passed, extra, note = decide(found, self.tol, self.alpha)
         numbers["worst_gap_share"] = extra.pop("worst_share")
         numbers.update(extra)
+        if passed is None:
+            return CheckResult(self.name, None, numbers, f"not measurable on these records{note}", mode)
         meaning = (
             f"robustness under {mode} gradients is confirmed by the other modes and gradient-free attacks"
             if passed
