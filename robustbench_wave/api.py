@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import math
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ def benchmark(
     eot: str | None = None,
     surrogate: str | None = None,
     diagnostics: bool = True,
+    progress: bool | None = None,
     results_dir: str | Path | None = None,
     out: str | Path | None = None,
     flags: Sequence[str] = (),
@@ -108,7 +110,8 @@ def benchmark(
     other threats not at all, and ``robust_accuracy`` is at the largest; without it, the suite's grid and its
     reference budget (declared, else the middle of the grid). An in-memory model is put in
     eval mode and attacked under the record name ``model_name`` (default ``model``); ``results_dir`` is where
-    trained zoo models (and the default transfer surrogate) are found. ValueError on bad input."""
+    trained zoo models (and the default transfer surrogate) are found. ``progress`` shows the attack's
+    progress bars (default: when run interactively, :func:`interactive`). ValueError on bad input."""
     name = model if isinstance(model, str) else (model_name or DEFAULT_MODEL_NAME)
     argv = _argv(name, locals()) + list(flags)  # locals(): the keywords, before any other local exists
     with contextlib.ExitStack() as stack:
@@ -135,7 +138,10 @@ _FLAGS = {
 
 def _argv(name: str, given: dict[str, Any]) -> list[str]:
     """The attack command's arguments for the keywords that were given (None: the command's default)."""
-    argv = ["--model", name, "--no-progress"]
+    progress = given.get("progress")
+    argv = ["--model", name] + (
+        [] if (interactive() if progress is None else progress) else ["--no-progress"]
+    )
     argv += [a for key, flag in _FLAGS.items() if given[key] is not None for a in (flag, str(given[key]))]
     argv += [a for mode in given["grad_modes"] or () for a in ("--grad-modes", mode)]
     argv += [a for e in _budget_list(given["eps"]) for a in ("--eps", f"{given['threat_model']}={e}")]
@@ -150,6 +156,12 @@ def _budget_list(eps: Any) -> list[str]:
     if not values:
         raise ValueError("eps names no budget; give a number, a fraction string or several")
     return [e if isinstance(e, str) else repr(float(e)) for e in values]
+
+
+def interactive() -> bool:
+    """A person is watching: a terminal on stderr (where the bars go) or a Jupyter kernel (tqdm.auto's
+    widgets)."""
+    return "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Any, list[str]]:

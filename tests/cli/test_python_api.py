@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,19 @@ def test_bad_input_is_a_value_error_with_the_commands_message(tmp_path: Path) ->
     with pytest.raises(ValueError, match="no_such_suite"):
         robustbench_wave.benchmark("patch", suite="no_such_suite", out=tmp_path)
     assert not any(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_progress_bars_show_when_a_person_is_watching(monkeypatch) -> None:
+    """benchmark() passed --no-progress always (a notebook sat silent for minutes); now only when nobody
+    watches: stderr not a terminal and no Jupyter kernel, or progress=False."""
+    params = {k: None for k in inspect.signature(api.benchmark).parameters}
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(api.sys.stderr, "isatty", lambda: False, raising=False)
+    assert "--no-progress" in api._argv("m", params)
+    monkeypatch.setattr(api.sys.stderr, "isatty", lambda: True, raising=False)
+    assert "--no-progress" not in api._argv("m", params)
+    assert "--no-progress" in api._argv("m", {**params, "progress": False})
+    monkeypatch.setattr(api.sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    assert "--no-progress" not in api._argv("m", params)
+    assert "--no-progress" not in api._argv("m", {**params, "progress": True})
