@@ -385,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         suite, modes = _check_flags(args, settings)
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
         job = attackrun.prepare_job(settings, _options(args), suite, modes, command, echo)
+        for line in attackrun.gradient_path_lines(job) if ctx.rank == 0 else ():
+            echo(line)
         if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)
             attackrun.check_shards(job, [shard])
         attackrun.run_job(job, shard, ctx)

@@ -40,7 +40,7 @@ from robustbench_wave.attackrun.folder import (
     run_folder,
     run_meta,
 )
-from robustbench_wave.attackrun.job import Job, RunOptions, prepare_job
+from robustbench_wave.attackrun.job import Job, RunOptions, gradient_path_lines, prepare_job
 from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
 from robustbench_wave.attackrun.models import (
     Loaded,
@@ -101,6 +101,7 @@ __all__ = [
     "external_specs",
     "finalize_merged_run",
     "finish_merged_run",
+    "gradient_path_lines",
     "load_model",
     "load_models",
     "model_hashes",

@@ -22,6 +22,7 @@ from robustbench_wave.attackrun.settings import (
 from robustbench_wave.attacks import Suite
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.evaluation.plan import check_budgets
+from robustbench_wave.models.autobpda import gradient_path
 
 
 @dataclass(frozen=True)
@@ -120,3 +121,17 @@ def prepare_job(
         echo,
         surrogate_note,
     )
+
+
+def gradient_path_lines(job: Job) -> list[str]:
+    """One terminal line per model whose input path the automatic BPDA scan read: what it found, the rule
+    each operation got (or "unhandled"), and the gradient modes the run attacks it under. The command
+    prints them at the default log level: they say which numbers of the table rest on which gradient."""
+    lines = []
+    for name, (model, _) in job.models.items():
+        path = gradient_path(model)
+        if path is not None:
+            lines.append(
+                f"{name}: gradient path: {path.summary}; attacked under {', '.join(job.modes[name])}"
+            )
+    return lines

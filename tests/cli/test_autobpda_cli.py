@@ -22,7 +22,7 @@ HALVED = "tests.support.autobpda_models:numpy_halved_pooled_linear"
 
 
 @pytest.mark.slow
-def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: Path) -> None:
+def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: Path, capsys) -> None:
     images, labels, _ = load_split("synthetic", "train")
     fitted = ext.fit_pooled_linear(to_float(images[:2000]), labels[:2000])
     weights = tmp_path / "quantised.safetensors"
@@ -55,6 +55,10 @@ def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: P
         (records["model"] == halved) & records["attack"].isin(["square", "noise_uniform"])
     ]
     assert gradient_free["attacked"].any()
+    printed = capsys.readouterr().out  # the terminal shows what the scan found, at the default log level
+    summary = meta["models"][quantised]["gradient_path"]["summary"]
+    assert f"{quantised}: gradient path: {summary}; attacked under exact, bpda" in printed
+    assert f"{halved}: gradient path: no gradient reaches the input" in printed
     report = (run / "report.md").read_text()
     assert f"  - gradient path: {meta['models'][quantised]['gradient_path']['summary']}" in report
     assert "  - gradient path: no gradient reaches the input" in report
