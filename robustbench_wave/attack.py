@@ -70,15 +70,7 @@ def get_args_parser() -> Parser:
         "automatically: models/autobpda.py); every --grad-modes when a sub-module subclasses "
         "models.frontend.FixedFrontEnd",
     )
-    p.add_argument(
-        "--weights",
-        action=attackrun.WeightsOf,
-        default=None,
-        metavar="FILE",
-        help="safetensors weights of the timm: or FACTORY --model just before it, loaded strictly (every "
-        "tensor, exact shapes; never pickle); their sha256 joins config.json, so changed weights are a new "
-        "configuration. Needed unless the model has no parameters or buffers",
-    )
+    attackrun.add_external_flags(p)
     p.add_argument(
         "--num-classes",
         type=positive_int,
@@ -92,16 +84,6 @@ def get_args_parser() -> Parser:
         default=None,
         help="external models: passed as img_size to the factory / timm architectures that take it (default "
         "for timm: the data set's image size); the model must still take the data set's images",
-    )
-    p.add_argument(
-        "--normalize",
-        type=attackrun.normalize_arg,
-        default=None,
-        metavar="MEAN,STD",
-        help="external models: input standardisation put in front of the model, so attacks still see [0,1] "
-        "images: 'cfg' = timm's pretrained_cfg mean/std (the default for timm:), 'data' = the data set's "
-        "training statistics, 'none' (the default for a factory), or MEAN,STD (per channel joined by '/', "
-        "e.g. 0.485/0.456/0.406,0.229/0.224/0.225)",
     )
     p.add_argument(
         "--suite",
@@ -300,7 +282,7 @@ SETTINGS_FLAGS = (
 def _settings(args: argparse.Namespace) -> attackrun.RunSettings:
     flags = attackrun.ExternalFlags(
         args.model, args.surrogate, args.weights, args.surrogate_weights, args.num_classes, args.img_size,
-        args.normalize,
+        args.normalize, args.name,
     )  # fmt: skip
     try:  # config.json keeps --grad-modes as one line ("": each model's offered modes, the config as before)
         external = attackrun.external_specs(flags)

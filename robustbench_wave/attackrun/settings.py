@@ -250,6 +250,7 @@ class ExternalFlags:
     num_classes: int | None = None
     img_size: int | None = None
     normalize: str | None = None
+    names: dict[str, str] | None = None  # --model reference -> its --name (the record name)
 
 
 def external_specs(flags: ExternalFlags) -> tuple[ExternalSpec, ...]:
@@ -271,7 +272,7 @@ def external_specs(flags: ExternalFlags) -> tuple[ExternalSpec, ...]:
     given = [flag for flag, value in shared if value is not None]
     if given and not refs:
         raise ValueError(f"{', '.join(given)} only apply to external models (timm:ARCH, MODULE:FACTORY)")
-    weights = flags.weights or {}
+    weights, names = flags.weights or {}, flags.names or {}
     specs = tuple(
         ExternalSpec(
             ref,
@@ -279,6 +280,7 @@ def external_specs(flags: ExternalFlags) -> tuple[ExternalSpec, ...]:
             flags.num_classes,
             flags.img_size,
             flags.normalize,
+            names.get(ref),
         )
         for ref in refs
     )
@@ -295,18 +297,19 @@ def _absolute(path: str | None) -> str | None:
 # ------------------------------------------------------------- the attack command's parsing of these flags
 
 
-class WeightsOf(argparse.Action):
-    """``--weights FILE`` belongs to the external ``--model`` given just before it: {reference: FILE}."""
+class OwnedByModel(argparse.Action):
+    """A flag that belongs to the external ``--model`` given just before it (``--weights FILE``,
+    ``--name NAME``): {reference: value}, one value per model."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
     ) -> None:
-        models = getattr(namespace, "model", None) or []
+        flag, models = self.option_strings[0], getattr(namespace, "model", None) or []
         if not models or not is_external(models[-1]):
-            parser.error(f"--weights {values} must follow the timm: or FACTORY --model it belongs to")
+            parser.error(f"{flag} {values} must follow the timm: or FACTORY --model it belongs to")
         owned = dict(getattr(namespace, self.dest) or {})
         if owned.get(models[-1], values) != values:
-            parser.error(f"--model {models[-1]} has two --weights; attack each file in its own run")
+            parser.error(f"--model {models[-1]} has two {flag}; give it one")
         setattr(namespace, self.dest, owned | {models[-1]: values})
 
 
@@ -316,6 +319,39 @@ def normalize_arg(text: str) -> str:
         return parse_normalize(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix(f"--normalize {text!r}: ")) from None
+
+
+def add_external_flags(parser: argparse.ArgumentParser) -> None:
+    """The attack command's flags about models from outside the zoo: ``--weights`` and ``--name`` (each
+    belongs to the ``--model`` just before it) and ``--normalize``."""
+    parser.add_argument(
+        "--weights",
+        action=OwnedByModel,
+        default=None,
+        metavar="FILE",
+        help="safetensors weights of the timm: or FACTORY --model just before it, loaded strictly (every "
+        "tensor, exact shapes; never pickle); their sha256 joins config.json, so changed weights are a new "
+        "configuration. Needed unless the model has no parameters or buffers",
+    )
+    parser.add_argument(
+        "--name",
+        action=OwnedByModel,
+        default=None,
+        metavar="NAME",
+        help="the record name of the timm: or FACTORY --model just before it, used in records, tables, the "
+        "report and the run folder's name (default timm-ARCH / ext-FACTORY-<8 hex>); letters, digits, '.', "
+        "'_' and '-'",
+    )
+    parser.add_argument(
+        "--normalize",
+        type=normalize_arg,
+        default=None,
+        metavar="MEAN,STD",
+        help="external models: input standardisation put in front of the model, so attacks still see [0,1] "
+        "images: 'cfg' = timm's pretrained_cfg mean/std (the default for timm:), 'data' = the data set's "
+        "training statistics, 'none' (the default for a factory), or MEAN,STD (per channel joined by '/', "
+        "e.g. 0.485/0.456/0.406,0.229/0.224/0.225)",
+    )
 
 
 def add_request_flags(parser: argparse.ArgumentParser) -> None:

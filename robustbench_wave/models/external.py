@@ -63,6 +63,7 @@ from torch import nn
 from robustbench_wave.data import DatasetInfo, describe_images
 from robustbench_wave.models.autobpda import auto_bpda
 from robustbench_wave.models.vit import Normalize
+from robustbench_wave.runfolder import check_safe_name
 
 TIMM_PREFIX = "timm:"
 
@@ -128,7 +129,8 @@ class ExternalSpec:
 
     ``weights`` is an absolute path (None: a model without parameters or buffers); ``num_classes`` and
     ``img_size`` are the values given on the command line (None: not given); ``normalize`` a canonical
-    ``--normalize`` value (None: the default, ``cfg`` for timm and ``none`` for a factory).
+    ``--normalize`` value (None: the default, ``cfg`` for timm and ``none`` for a factory); ``name`` the
+    record name the user chose (``--name``; None: :attr:`slug` derives one from the reference).
     """
 
     reference: str
@@ -136,6 +138,7 @@ class ExternalSpec:
     num_classes: int | None = None
     img_size: int | None = None
     normalize: str | None = None
+    name: str | None = None
 
     def __post_init__(self) -> None:
         target, attr = self.target, self.attr
@@ -146,6 +149,8 @@ class ExternalSpec:
             )
         if self.normalize is not None:
             parse_normalize(self.normalize)
+        if self.name is not None:
+            check_safe_name(self.name, "--name")
 
     @property
     def is_timm(self) -> bool:
@@ -176,7 +181,10 @@ class ExternalSpec:
 
     @property
     def slug(self) -> str:
-        """The safe name of records and run folders: ``timm-NAME`` or ``ext-FACTORY-<8 hex>``."""
+        """The safe name of records and run folders: ``--name`` when given, else ``timm-NAME`` or
+        ``ext-FACTORY-<8 hex>``."""
+        if self.name is not None:
+            return self.name
         if self.is_timm:
             return f"timm-{self.target}"
         return f"ext-{self.attr.rpartition('.')[2]}-{_short_hash(self.canonical)}"
@@ -186,7 +194,9 @@ class ExternalSpec:
         return self.normalize or ("cfg" if self.is_timm else "none")
 
     def to_config(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; ``name`` only when given (a run recorded before ``--name`` existed resumes as is)."""
+        config = asdict(self)
+        return config if self.name is not None else {k: v for k, v in config.items() if k != "name"}
 
     @classmethod
     def from_config(cls, data: Any) -> ExternalSpec:
