@@ -3,9 +3,11 @@
 Each defence is attacked the way a user attacks their own model -- ``python -m robustbench_wave.attack
 --model robustbench_wave.models.gallery:FACTORY --weights FILE`` -- so the table tests the harness's
 automatic BPDA and EOT, not code written for the gallery. The two protocols differ only in flags
-(:data:`PROTOCOLS`): ``naive`` = exact (or blocked) gradients and single draws, what an evaluation sees that
-trusts the model's own gradients; ``adaptive`` = the command's defaults, every gradient mode it offers (BPDA
-where it finds a step without a gradient) and EOT when it finds the model random. The transfer attacks'
+(:data:`PROTOCOLS`): ``naive`` = exact (or blocked) and single-draw gradients (``--eot off``), what an evaluation
+sees that trusts the model's own gradients; ``adaptive`` = the command's defaults, every gradient mode it
+offers (BPDA where it finds a step without a gradient) and EOT when it finds the model random. Both decide a
+randomised model's points by one rule, the vote of K = 21 draws on common random numbers (``--eot off`` turns
+EOT off in the attacks only), so the two columns differ in the attacks alone. The transfer attacks'
 surrogate is the undefended CNN by default (Athalye et al.'s threat model: the attacker knows the network
 behind the defence). Every run lands in ``OUT/attack/<data>/<defence>-<protocol>_<suite>_n<N>_seed<S>`` and
 resumes from its chunks when the command is run again; its terminal output goes to ``OUT/logs/``, and
@@ -32,7 +34,8 @@ from robustbench_wave.runfolder import check_safe_name
 log = logging.getLogger(__name__)
 
 NAIVE, ADAPTIVE = "naive", "adaptive"
-#: The attack command's flags per protocol: the naive one turns the automatic EOT off and keeps the gradient
+#: The attack command's flags per protocol: the naive one turns the attacks' automatic EOT off (a randomised
+#: model's predictions stay the adaptive run's K-draw votes on the same draws) and keeps the gradient
 #: modes that trust the model's gradients (blocked exists only where a FixedFrontEnd declares it); the
 #: adaptive one is the command's defaults (``--grad-modes`` all, ``--eot auto``).
 PROTOCOLS: dict[str, tuple[str, ...]] = {

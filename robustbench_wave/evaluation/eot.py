@@ -7,8 +7,10 @@ each point's fate is one draw's prediction, so randomness alone passes for robus
 Wagner 2018). AutoAttack's ``version='rand'`` (Croce & Hein 2020) answers the first with 20 EOT iterations
 (the step follows the mean gradient of 20 draws); this module applies it to every gradient attack of a suite
 that has ``eot_iter`` and skips, with a reason, those whose back-ends cannot average draws. The second is
-answered by :func:`~robustbench_wave.evaluation.execute.predict` over K draws
-(:data:`~robustbench_wave.attacks.draws.DRAW_RULE`). Both go through the model a chunk of draws at a time
+answered by the plurality vote of K draws (:data:`~robustbench_wave.attacks.draws.DRAW_RULE`) on common random
+numbers (:func:`~robustbench_wave.evaluation.execute.predict_common`: draw k of example i is the same for
+every input classified, so a point no attack moved keeps its clean vote), whatever ``--eot`` says about the
+attacks. Both go through the model a chunk of draws at a time
 (:mod:`robustbench_wave.attacks.draws`) when its rows draw independently (two copies of a batch in one forward
 differ), else one draw per forward.
 
@@ -253,9 +255,10 @@ class EotPlan:
 def decide(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: EotSettings, seed: int, device: torch.device
 ) -> EotPlan:
-    """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (``settings.draws`` draws per
-    prediction, :data:`EOT_ITER` per gradient) for a randomised model under ``auto``, always under ``on``,
-    never under ``off``. The probe runs under its own seed and leaves torch's RNG as it found it."""
+    """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (:data:`EOT_ITER` draws per gradient)
+    for a randomised model under ``auto``, always under ``on``, never under ``off``; ``settings.draws`` draws
+    per prediction wherever EOT applies and for a randomised model under every mode (its decision rule, on
+    common random numbers). The probe runs under its own seed and leaves torch's RNG as it found it."""
     randomness = None
     if len(x):
         with seeded(derive_seed(seed, "eot-probe"), device):
