@@ -74,9 +74,9 @@ def vote_tolerance(draws: int, other: int | None = None) -> float:
     A point between two classes whose single draw picks the first with probability p is won by a K-draw vote
     with probability q_K(p) = P(Bin(K, p) > K/2) (+ half the even split), and two independent votes disagree
     with probability q_a (1 - q_b) + q_b (1 - q_a). Points whose p lies evenly over [0, 1] -- as many near the
-    tie as anywhere else -- disagree on the integral of that over p, about 1/sqrt(pi K) for K = a = b
-    (0.123 for K = 21; 1/3 for single draws): the bound. A model that disagrees more crowds its points at the
-    tie, so its accuracies are the draw's more than the model's (more draws narrow the band as 1/sqrt(K)).
+    tie as anywhere else -- disagree on the integral of that over p, about 1/sqrt(pi K) for K = a = b (0.118
+    for K = 21; 1/3 for single draws): the bound. A model that disagrees more crowds its points at the tie,
+    so its accuracies are the draw's more than the model's (more draws narrow the band as 1/sqrt(K)).
     Exact: the integrand is a polynomial of degree a + b, integrated by Gauss-Legendre quadrature.
     """
     b = draws if other is None else other

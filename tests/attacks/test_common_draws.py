@@ -45,14 +45,24 @@ class NearTie(nn.Module):
     per row and forward: one draw answers wrong with probability Phi(-m). No input gradient reaches x, so
     FGSM's step is sign(0) = 0 and its output is x itself: an attack that moves nothing."""
 
+    def noise(self, n: int) -> torch.Tensor:
+        return torch.randn(n)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         v = x.detach()
         rows = torch.arange(len(x))
         label = (v[:, 0, 0, 0] * (CLASSES - 1)).round().long()
         z = torch.full((len(x), CLASSES), -10.0)
-        z[rows, label] = v[:, 0, 0, 1] + torch.randn(len(x))
+        z[rows, label] = v[:, 0, 0, 1] + self.noise(len(x))
         z[rows, (label + 1) % CLASSES] = 0.0
         return z + 0.0 * x.flatten(1)[:, :1]
+
+
+class NearTieOncePerForward(NearTie):
+    """The same, with one noise value per forward shared by every row (its draws cannot be batched)."""
+
+    def noise(self, n: int) -> torch.Tensor:
+        return torch.randn(1).expand(n)
 
 
 def _near_tie_data() -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,9 +73,12 @@ def _near_tie_data() -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _evaluate(eot: EotSettings, batch_size: int = N) -> tuple[pd.DataFrame, dict]:
+def _evaluate(
+    eot: EotSettings, batch_size: int = N, model: nn.Module | None = None
+) -> tuple[pd.DataFrame, dict]:
     x, y = _near_tie_data()
-    result = evaluate(NearTie(), x, y, SUITE, EvalSettings(eot=eot), progress=False, batch_size=batch_size)
+    model = model if model is not None else NearTie()
+    result = evaluate(model, x, y, SUITE, EvalSettings(eot=eot), progress=False, batch_size=batch_size)
     return result.records, result.meta["models"]["model"]["eot"]
 
 
@@ -76,10 +89,13 @@ def _correct(records: pd.DataFrame, attack: str) -> pd.Series:
     return rows["correct"].astype(bool).sort_index()
 
 
-def test_an_attack_that_moves_nothing_loses_no_point_near_a_tie() -> None:
-    """Every clean-correct point is attacked; FGSM returns it unchanged, so its vote is its clean vote."""
-    records, eot = _evaluate(EotSettings("auto"))
+@pytest.mark.parametrize("model", [NearTie(), NearTieOncePerForward()], ids=["per-row", "once-per-forward"])
+def test_an_attack_that_moves_nothing_loses_no_point_near_a_tie(model: nn.Module) -> None:
+    """Every clean-correct point is attacked; FGSM returns it unchanged, so its vote is its clean vote (its K
+    draws in one forward, or one forward per draw for a model whose rows share a draw)."""
+    records, eot = _evaluate(EotSettings("auto"), model=model)
     assert eot["stochastic"] and eot["draws"] == DEFAULT_DRAWS and eot["common_draws"]
+    assert (eot.get("draw_rows", 0) > 0) == (type(model) is NearTie)
     clean = _correct(records, "clean")
     attacked = _correct(records, "fgsm")
     assert 0 < clean.sum() < N  # near a tie: the votes go both ways
