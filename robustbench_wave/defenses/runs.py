@@ -34,8 +34,7 @@ from robustbench_wave.runfolder import check_safe_name
 log = logging.getLogger(__name__)
 
 NAIVE, ADAPTIVE = "naive", "adaptive"
-#: The attack command's flags per protocol: the naive one turns the attacks' automatic EOT off (a randomised
-#: model's predictions stay the adaptive run's K-draw votes on the same draws) and keeps the gradient
+#: The attack command's flags per protocol: the naive one turns the automatic EOT off and keeps the gradient
 #: modes that trust the model's gradients (blocked exists only where a FixedFrontEnd declares it); the
 #: adaptive one is the command's defaults (``--grad-modes`` all, ``--eot auto``).
 PROTOCOLS: dict[str, tuple[str, ...]] = {
