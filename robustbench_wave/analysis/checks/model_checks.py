@@ -316,7 +316,8 @@ class Deterministic(Check):
             meaning = (
                 "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
                 "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over "
-                "draws (the attack run does both unless --eot off: see its meta.json 'eot')"
+                "draws (the attack run does both by default; --eot off keeps only the K-draw votes: see its "
+                "meta.json 'eot')"
             )
         if was_training:
             meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"
