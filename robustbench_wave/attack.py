@@ -145,14 +145,18 @@ def get_args_parser() -> Parser:
         help="randomised models (two forwards of a batch differ, tested before the attacks): 'auto' (default) "
         f"attacks them with AutoAttack's 'rand' protocol: {EOT_ITER} EOT iterations in every gradient attack "
         "that has them (the others are skipped, said in the report), each prediction, clean included, the "
-        "plurality vote of --eot-draws draws; 'on' does so for every model, 'off' for none (single draws)",
+        "plurality vote of --eot-draws draws; 'on' does so for every model; 'off' gives every attack single-draw "
+        "gradients, while a randomised model's predictions stay votes of --eot-draws draws (--eot-draws 1: single "
+        "draws). A randomised model's draw k of example i is the same for every input classified (common random "
+        "numbers)",
     )
     p.add_argument(
         "--eot-draws",
         type=positive_int,
         default=DEFAULT_DRAWS,
         metavar="K",
-        help=f"draws per prediction of a model under EOT (default {DEFAULT_DRAWS}: odd, so two classes never tie)",
+        help=f"draws per prediction of a randomised model, or of every model under --eot on (default "
+        f"{DEFAULT_DRAWS}: odd, so two classes never tie)",
     )
     attackrun.add_request_flags(p)
     p.add_argument(

@@ -43,7 +43,7 @@ def reaudit_run(
         raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
     dev = resolve_device(device)
     batch = batch_size or int((run.meta.get("settings") or {}).get("batch_size") or 128)
-    tables, problems = [], []
+    tables, problems, plans = [], [], {}
     for name, adv in kept.items():
         model = compile_model(models[name][0], config.get("compile", "off")).to(dev)
         if state_sha256(model) != run.meta["models"][name].get("param_sha256"):
@@ -51,11 +51,12 @@ def reaudit_run(
         rows = run.records[run.records["model"] == name]
         ids = range(len(data))
         eot = run.meta["models"][name].get("eot")
+        plans[name] = EotPlan.from_meta(eot) if eot else None
         tables.append(
             reaudit_model(
                 model, data.images, data.labels, ids, adv, rows, batch_size=batch, device=dev,
-                eot=EotPlan.from_meta(eot) if eot else None, seed=int(config.get("seed", 0)),
+                eot=plans[name], seed=int(config.get("seed", 0)),
             )
         )  # fmt: skip
     table = pd.concat(tables, ignore_index=True)
-    return table, problems + reaudit_problems(table)
+    return table, problems + reaudit_problems(table, {k: v for k, v in plans.items() if v is not None})

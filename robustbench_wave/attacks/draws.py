@@ -11,7 +11,11 @@ keeps one draw per forward (the loop every EOT library runs).
 
 Three forms, one per kind of caller:
 
-* :func:`eot_loss_grad` / :func:`draw_logits` -- the builtin PGD engine and predictions;
+* :func:`eot_loss_grad` / :func:`draw_logits` -- the builtin PGD engine (and checks' own votes);
+* :func:`common_draw_logits` -- the K draws of a randomised model's predictions, on common random numbers:
+  each example forwarded alone (its K draws together when its rows draw independently), torch's RNG seeded
+  by (seed, example id, draw) only, so a point classified twice -- clean and after an attack that left it
+  unchanged, in any batch -- gets the same draws and the same vote;
 * :func:`with_batched_draws` -- torchattacks' own EOT loop (APGD, APGD-T, EOTPGD: ``eot_iter`` calls of
   ``get_logits`` at one point, each followed by its own backward, the gradients summed), served from batched
   forwards: each call returns its own draw's logits, and the whole step's gradient comes back with the last
@@ -29,6 +33,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from robustbench_wave.attacks.seeding import draw_seed, seeded
 
 #: Largest number of rows (draws x points) one batched forward takes on an accelerator: the memory budget of
 #: a draw batch (the gallery's small CNN keeps about 60 kB of activations per 32x32 row for its backward).
@@ -95,6 +101,36 @@ def draw_logits(forward: Forward, x: torch.Tensor, draws: int, rows: int) -> tor
     Keeps autograd's graph when grad is enabled (every chunk's, until the caller's backward)."""
     out = [forward(_repeat(x, m)).view(m, len(x), -1) for m in _chunks(len(x), draws, rows)]
     return torch.cat(out)
+
+
+def common_draw_logits(
+    forward: Forward,
+    x: torch.Tensor,
+    ids: torch.Tensor,
+    seed: int,
+    draws: int,
+    rows: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """``(draws, B, C)`` float logits, draw ``k`` of example ``i`` under the same random state whatever the
+    input or the batch (common random numbers; :func:`~robustbench_wave.attacks.seeding.draw_seed`).
+
+    Torch's global RNG is one stream per forward, so a row's draw depends on the rows before it; each example
+    therefore goes through the model alone: its draws ``k .. k + m - 1`` in one forward of ``m`` copies seeded
+    by (seed, id, k), ``m`` = :func:`draws_per_forward` of one point (all K when ``rows`` holds them; one when
+    ``rows <= 0``, a model that draws once per forward). Torch's RNG is restored afterwards."""
+    m = draws_per_forward(1, draws, rows)
+    out = []
+    for xi, i in zip(x, ids.tolist(), strict=True):
+        xb = xi[None].to(device)
+        chunks = []
+        for start in range(0, draws, m):
+            with seeded(draw_seed(seed, i, start), device):
+                chunks.append(forward(_repeat(xb, min(m, draws - start))).float())
+        out.append(torch.cat(chunks))
+    if not out:
+        return torch.zeros(draws, 0, 0, device=device)
+    return torch.stack(out, 1)
 
 
 def eot_loss_grad(

@@ -3,7 +3,9 @@
 Builtin attacks draw a point's randomness from a CPU generator seeded by ``(seed, stream, example_id,
 restart)`` only (:func:`example_generators`), never by its batch or position, so their results do not depend
 on ``--batch-size``; ``stream`` is the suite entry's name. Library attacks draw from torch's global RNG and are
-called inside :func:`seeded` on fixed blocks of example ids. :func:`random_delta` is the PGD random start of
+called inside :func:`seeded` on fixed blocks of example ids. A randomised model's predictions draw from
+:func:`draw_seed` (common random numbers: the same draws for a point whatever input or batch is classified).
+:func:`random_delta` is the PGD random start of
 every PGD variant: uniform in the L∞ cube, uniform in the L2 ball.
 """
 
@@ -31,6 +33,12 @@ def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed % (1 << 63))
         yield
+
+
+def draw_seed(seed: int, example_id: int, draw: int) -> int:
+    """The seed of a randomised model's ``draw``-th prediction draw of one example: (seed, example id, draw)
+    only, so its clean point, every attack's output and a re-audit are classified under the same draws."""
+    return derive_seed(seed, "vote", example_id, draw)
 
 
 def example_generators(seed: int, stream: str, ids: torch.Tensor, restart: int) -> list[torch.Generator]:

@@ -3,9 +3,11 @@
 Each defence is attacked the way a user attacks their own model -- ``python -m robustbench_wave.attack
 --model robustbench_wave.models.gallery:FACTORY --weights FILE`` -- so the table tests the harness's
 automatic BPDA and EOT, not code written for the gallery. The two protocols differ only in flags
-(:data:`PROTOCOLS`): ``naive`` = exact (or blocked) gradients and single draws, what an evaluation sees that
-trusts the model's own gradients; ``adaptive`` = the command's defaults, every gradient mode it offers (BPDA
-where it finds a step without a gradient) and EOT when it finds the model random. The transfer attacks'
+(:data:`PROTOCOLS`): ``naive`` = exact (or blocked) and single-draw gradients (``--eot off``), what an evaluation
+sees that trusts the model's own gradients; ``adaptive`` = the command's defaults, every gradient mode it
+offers (BPDA where it finds a step without a gradient) and EOT when it finds the model random. Both decide a
+randomised model's points by one rule, the vote of K = 21 draws on common random numbers (``--eot off`` turns
+EOT off in the attacks only), so the two columns differ in the attacks alone. The transfer attacks'
 surrogate is the undefended CNN by default (Athalye et al.'s threat model: the attacker knows the network
 behind the defence). Every run lands in ``OUT/attack/<data>/<defence>-<protocol>_<suite>_n<N>_seed<S>`` and
 resumes from its chunks when the command is run again; its terminal output goes to ``OUT/logs/``, and

@@ -7,8 +7,10 @@ each point's fate is one draw's prediction, so randomness alone passes for robus
 Wagner 2018). AutoAttack's ``version='rand'`` (Croce & Hein 2020) answers the first with 20 EOT iterations
 (the step follows the mean gradient of 20 draws); this module applies it to every gradient attack of a suite
 that has ``eot_iter`` and skips, with a reason, those whose back-ends cannot average draws. The second is
-answered by :func:`~robustbench_wave.evaluation.execute.predict` over K draws
-(:data:`~robustbench_wave.attacks.draws.DRAW_RULE`). Both go through the model a chunk of draws at a time
+answered by the plurality vote of K draws (:data:`~robustbench_wave.attacks.draws.DRAW_RULE`) on common random
+numbers (:func:`~robustbench_wave.evaluation.execute.predict_common`: draw k of example i is the same for
+every input classified, so a point no attack moved keeps its clean vote), whatever ``--eot`` says about the
+attacks. Both go through the model a chunk of draws at a time
 (:mod:`robustbench_wave.attacks.draws`) when its rows draw independently (two copies of a batch in one forward
 differ), else one draw per forward.
 
@@ -21,6 +23,7 @@ model that draws nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from collections.abc import Mapping
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,13 +52,40 @@ PROBE_EXAMPLES = 16
 LOGIT_RTOL = 1e-4
 #: Likewise for input gradients (GPU backward kernels may add in another order).
 GRAD_RTOL = 1e-3
-#: Largest fraction of points on which two independent K-draw votes of a randomised model may disagree for
-#: its K-draw decisions to count as settled (the ``deterministic`` and ``best_vs_last_iterate`` checks under
-#: EOT, the re-audit of its saved points). Such points sit near a tie and flip both ways, so an accuracy moves
-#: by far less than this share -- less than the 95% Wilson half-width (7-10 points) at the gallery's n of
-#: 100-200. Measured with K = 21 on 64 test images: 95-98% agreement for stochastic activation pruning,
-#: 92-95% for random resize-and-pad; a model answering at random agrees on about 1 / classes.
-VOTE_TOL = 0.10
+
+
+def _vote_wins(draws: int, p: np.ndarray) -> np.ndarray:
+    """P(a ``draws``-draw vote between two classes picks the one a single draw picks with probability ``p``);
+    an even split is a coin flip (the softmax tie rule, for a model that knows nothing more)."""
+    j = np.arange(draws + 1)
+    pmf = (
+        np.array([math.comb(draws, int(i)) for i in j])[:, None]
+        * p[None] ** j[:, None]
+        * (1 - p[None]) ** (draws - j[:, None])
+    )
+    return pmf[2 * j > draws].sum(0) + 0.5 * pmf[2 * j == draws].sum(0)
+
+
+@functools.cache
+def vote_tolerance(draws: int, other: int | None = None) -> float:
+    """Largest fraction of points on which two independent votes (``draws`` and ``other`` draws, ``other``
+    defaulting to ``draws``) of a randomised model may disagree for its decisions to count as settled.
+
+    A point between two classes whose single draw picks the first with probability p is won by a K-draw vote
+    with probability q_K(p) = P(Bin(K, p) > K/2) (+ half the even split), and two independent votes disagree
+    with probability q_a (1 - q_b) + q_b (1 - q_a). Points whose p lies evenly over [0, 1] -- as many near the
+    tie as anywhere else -- disagree on the integral of that over p, about 1/sqrt(pi K) for K = a = b (0.118
+    for K = 21; 1/3 for single draws): the bound. A model that disagrees more crowds its points at the tie,
+    so its accuracies are the draw's more than the model's (more draws narrow the band as 1/sqrt(K)).
+    Exact: the integrand is a polynomial of degree a + b, integrated by Gauss-Legendre quadrature.
+    """
+    b = draws if other is None else other
+    if draws < 1 or b < 1:
+        raise ValueError(f"votes need at least one draw, got {draws} and {b}")
+    t, w = np.polynomial.legendre.leggauss((draws + b) // 2 + 1)
+    p = (t + 1) / 2
+    qa, qb = _vote_wins(draws, p), _vote_wins(b, p)
+    return float((w / 2 * (qa * (1 - qb) + qb * (1 - qa))).sum())
 
 
 class EotMode(str, Enum):
@@ -135,6 +166,7 @@ class EotPlan:
     eot_iter: int = 1  # EOT iterations forced on the gradient attacks (1: the suite's own)
     skipped: dict[str, str] = field(default_factory=dict)  # attack name -> why it does not run
     draw_rows: int = 0  # rows (draws x points) per batched forward of the draws (0: one draw per forward)
+    common_draws: bool = False  # predictions on common random numbers per example (a randomised model)
 
     @classmethod
     def from_meta(cls, eot: Mapping[str, Any]) -> EotPlan:
@@ -147,6 +179,7 @@ class EotPlan:
             eot_iter=int(eot.get("eot_iter", 1)),
             skipped=dict(eot.get("skipped") or {}),
             draw_rows=int(eot.get("draw_rows", 0)),
+            common_draws=bool(eot.get("common_draws", False)),
         )
 
     @property
@@ -159,8 +192,13 @@ class EotPlan:
 
     @property
     def votes(self) -> bool:
-        """Predictions are K-draw votes of a randomised model (the 'rand' protocol applied)."""
+        """Predictions are K-draw votes of a randomised model (under every --eot mode unless K = 1)."""
         return self.stochastic and self.draws > 1
+
+    @property
+    def rand_protocol(self) -> bool:
+        """AutoAttack's 'rand' protocol applied to a randomised model: EOT gradients and K-draw votes."""
+        return self.votes and self.active
 
     @property
     def changes_records(self) -> bool:
@@ -169,12 +207,16 @@ class EotPlan:
 
     def identity(self) -> dict[str, Any]:
         """What joins the chunk fingerprint when :attr:`changes_records`."""
-        return {
-            "mode": self.mode,
-            "stochastic": self.stochastic,
-            "draws": self.draws,
-            "eot_iter": self.eot_iter,
-        } | ({"draw_rows": self.draw_rows} if self.draw_rows else {})
+        return (
+            {
+                "mode": self.mode,
+                "stochastic": self.stochastic,
+                "draws": self.draws,
+                "eot_iter": self.eot_iter,
+            }
+            | ({"draw_rows": self.draw_rows} if self.draw_rows else {})
+            | ({"common_draws": True} if self.common_draws else {})
+        )
 
     def to_meta(self) -> dict[str, Any]:
         """The ``eot`` entry of a model in ``meta.json``."""
@@ -213,9 +255,10 @@ class EotPlan:
 def decide(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: EotSettings, seed: int, device: torch.device
 ) -> EotPlan:
-    """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (``settings.draws`` draws per
-    prediction, :data:`EOT_ITER` per gradient) for a randomised model under ``auto``, always under ``on``,
-    never under ``off``. The probe runs under its own seed and leaves torch's RNG as it found it."""
+    """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (:data:`EOT_ITER` draws per gradient)
+    for a randomised model under ``auto``, always under ``on``, never under ``off``; ``settings.draws`` draws
+    per prediction wherever EOT applies and for a randomised model under every mode (its decision rule, on
+    common random numbers). The probe runs under its own seed and leaves torch's RNG as it found it."""
     randomness = None
     if len(x):
         with seeded(derive_seed(seed, "eot-probe"), device):
@@ -224,15 +267,26 @@ def decide(
             )
     plan = EotPlan(settings.mode, randomness)
     mode = EotMode(settings.mode)
-    if mode is EotMode.ON or (mode is EotMode.AUTO and plan.stochastic):
+    attack_eot = mode is EotMode.ON or (mode is EotMode.AUTO and plan.stochastic)
+    if attack_eot or plan.stochastic:  # a randomised model is decided by K draws whatever --eot says
         batchable = not plan.stochastic or _rows_independent(model, x, seed, device)
         rows = rows_budget(device) if batchable else 0
-        plan = dataclasses.replace(plan, draws=settings.draws, eot_iter=EOT_ITER, draw_rows=rows)
+        plan = dataclasses.replace(
+            plan,
+            draws=settings.draws,
+            eot_iter=EOT_ITER if attack_eot else 1,
+            draw_rows=rows,
+            common_draws=plan.stochastic,
+        )
     if plan.stochastic:
-        what = "EOT applies" if plan.active else "EOT is off: single-draw gradients and predictions"
+        what = "EOT applies" if plan.active else "EOT is off: single-draw gradients"
         diff = plan.randomness.max_rel_logit_diff if plan.randomness is not None else float("nan")
         log.warning(
-            "the model is randomised (two forwards differ by up to %.3g of the logits): %s", diff, what
+            "the model is randomised (two forwards differ by up to %.3g of the logits): %s; predictions by "
+            "the vote of K = %d draws on common random numbers",
+            diff,
+            what,
+            plan.draws,
         )
     return plan
 

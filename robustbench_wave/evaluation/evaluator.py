@@ -321,7 +321,7 @@ def _attack_points(
             rng_block=run.rng_block,
             device=run.device,
             progress=progress,
-            by_block=run.predictor.block is not None,
+            by_block=run.predictor.common,
         )
     norms = audit(x, x_adv, eps, entry.threat, label).float()
     pred, loss = run.predictor(
@@ -542,7 +542,7 @@ def evaluate(
     plan, eot = _plan(model, data, suite, settings, surrogate is not None, dev)
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
-    predictor = _predictor(eot, settings.seed, batch_size, dev, plan.suite.rng_block)
+    predictor = _predictor(eot, settings.seed, batch_size, dev)
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
         ctx.eot_rows = eot.draw_rows
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
@@ -595,16 +595,17 @@ def _plan(
     return _skip(plan, eot.skipped), eot
 
 
-def _predictor(eot: EotPlan, seed: int, batch_size: int, dev: torch.device, rng_block: int) -> Predictor:
-    """Single draws for a deterministic model (as called); K seeded draws per prediction under EOT, per
-    seeding block of ids for a randomised model (its records then do not depend on ``batch_size``)."""
+def _predictor(eot: EotPlan, seed: int, batch_size: int, dev: torch.device) -> Predictor:
+    """Single draws for a deterministic model (as called); for a randomised model K draws per prediction on
+    common random numbers per example (its records then do not depend on ``batch_size``); under ``--eot on``
+    for a deterministic model K seeded draws per call."""
     return Predictor(
         batch_size,
         dev,
         eot.draws,
         seed if eot.changes_records else None,
         rows=eot.draw_rows,
-        block=rng_block if eot.stochastic else None,
+        common=eot.stochastic,
     )
 
 

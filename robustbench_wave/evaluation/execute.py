@@ -5,9 +5,11 @@ The one caller of the registered runners: each batch or id block becomes one
 ``batch_size``: runners that seed each example themselves (``per_example_rng``) get plain batches; library
 attacks, which draw from the global RNG, run on fixed blocks of example ids (the suite's ``rng_block``), each
 under its own seed (:func:`derive_seed`). Predictions are always recomputed here from the returned points,
-never taken from the attack; a randomised model's over K draws (:data:`DRAW_RULE`, :class:`Predictor`), in
-batched forwards (:mod:`robustbench_wave.attacks.draws`). A randomised model draws from the global RNG
-whatever the runner, so for it every runner runs on the id blocks, and predictions are seeded per block too.
+never taken from the attack; a randomised model's over K draws (:data:`DRAW_RULE`, :class:`Predictor`) on
+common random numbers: draw k of example i is seeded by (seed, i, k) only
+(:func:`~robustbench_wave.attacks.draws.common_draw_logits`), so a point no attack moved keeps its clean vote
+and the records do not depend on ``batch_size``. A randomised model draws from the global RNG whatever the
+runner, so for it every runner runs on the id blocks.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks import AttackEntry, RunContext, RunnerSpec, derive_seed, seeded
-from robustbench_wave.attacks.draws import DRAW_RULE, draw_logits, vote  # noqa: F401  (DRAW_RULE: re-exported)
+from robustbench_wave.attacks.draws import (  # noqa: F401  (DRAW_RULE: re-exported)
+    DRAW_RULE,
+    common_draw_logits,
+    draw_logits,
+    vote,
+)
 
 Progress = Callable[[int, int], None]  # (group index, number of groups)
 
@@ -52,14 +59,41 @@ def predict(
     return torch.cat(preds), torch.cat(losses)
 
 
+@torch.inference_mode()
+def predict_common(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    draws: int = 1,
+    rows: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(class, cross-entropy) per point, on CPU, by :func:`vote` over ``draws`` draws on common random numbers
+    (:func:`~robustbench_wave.attacks.draws.common_draw_logits`): each point's answer depends on its input,
+    its id and ``seed`` only, never on the other points or ``batch_size`` (which only bounds the logits kept)."""
+    preds, losses = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0)]
+    for i in range(0, len(x), batch_size):
+        logits = common_draw_logits(
+            model, x[i : i + batch_size], ids[i : i + batch_size], seed, draws, rows, device
+        )
+        pred, loss = vote(logits, y[i : i + batch_size].to(device))
+        preds.append(pred.cpu())
+        losses.append(loss.cpu())
+    return torch.cat(preds), torch.cat(losses)
+
+
 @dataclass(frozen=True)
 class Predictor:
     """How an evaluation predicts: batch size, device, and for a randomised model K draws under a seed.
 
-    With ``seed`` None the model is called as it is (a deterministic model draws nothing); otherwise the
-    draws come from ``derive_seed(seed, "predict", *stream, block)`` per seeding block of example ids
-    (``block`` ids each, :func:`attack_groups`), each block predicted whole (``rows`` rows per forward), and
-    torch's RNG is restored afterwards: a randomised model's records repeat, whatever the batch size.
+    With ``seed`` None the model is called as it is (a deterministic model draws nothing). With ``common``
+    (a randomised model) every prediction is :func:`predict_common`'s: draw k of example i seeded by
+    (seed, i, k) only, so the clean vote, every attack's output and a re-audit share their draws, and a point
+    an attack left unchanged keeps its clean vote. Otherwise (``--eot on`` for a deterministic model) the
+    draws come from ``derive_seed(seed, "predict", *stream)``. Torch's RNG is restored afterwards.
     """
 
     batch_size: int
@@ -67,7 +101,7 @@ class Predictor:
     draws: int = 1
     seed: int | None = None
     rows: int = 0  # rows (draws x points) per forward of K draws (attacks.draws); 0 = one draw per forward
-    block: int | None = None  # ids per seeding block of a randomised model's draws (None: one seed per call)
+    common: bool = False  # a randomised model: common random numbers per example (needs the ids)
 
     def __call__(
         self,
@@ -79,16 +113,14 @@ class Predictor:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.seed is None:
             return predict(model, x, y, self.batch_size, self.device, self.draws, self.rows)
-        if ids is None or self.block is None:
-            with seeded(derive_seed(self.seed, "predict", *stream), self.device):
-                return predict(model, x, y, self.batch_size, self.device, self.draws, self.rows)
-        pred, loss = torch.zeros(len(x), dtype=torch.long), torch.zeros(len(x))
-        for pos, block in attack_groups(None, ids, self.batch_size, self.block):
-            with seeded(derive_seed(self.seed, "predict", *stream, block), self.device):
-                pred[pos], loss[pos] = predict(
-                    model, x[pos], y[pos], max(len(pos), 1), self.device, self.draws, self.rows
-                )
-        return pred, loss
+        if self.common:
+            if ids is None:
+                raise ValueError("a randomised model's predictions draw per example: pass the example ids")
+            return predict_common(
+                model, x, y, ids, self.seed, self.batch_size, self.device, self.draws, self.rows
+            )
+        with seeded(derive_seed(self.seed, "predict", *stream), self.device):
+            return predict(model, x, y, self.batch_size, self.device, self.draws, self.rows)
 
 
 def attack_groups(

@@ -476,14 +476,24 @@ def randomness_text(eot: Mapping[str, Any]) -> str:
     else:
         diff = found.get("max_rel_logit_diff", float("nan"))
         what = f"randomised (two forwards differ by up to {diff:.3g} of the logits)"
+    common = (
+        "; every point classified on the same draws (common random numbers)"
+        if eot.get("common_draws")
+        else ""
+    )
     if eot.get("eot_iter", 1) <= 1:
+        if eot.get("stochastic") and eot.get("draws", 1) > 1:
+            return (
+                f"{what}; single-draw gradients (--eot {eot.get('mode', '?')}): its attacks are not adaptive; "
+                f"predictions (clean included) over K = {eot.get('draws')} draws: {eot.get('rule')}{common}"
+            )
         caveat = ": its numbers are one draw's, not the randomised model's" if eot.get("stochastic") else ""
         return f"{what}; single-draw gradients and predictions (--eot {eot.get('mode', '?')}){caveat}"
     skipped = eot.get("skipped") or {}
     return (
         f"{what}; EOT (--eot {eot.get('mode')}, AutoAttack's 'rand' protocol): gradient attacks average "
         f"{eot['eot_iter']} draws per step; predictions (clean included) over K = {eot.get('draws')} draws: "
-        f"{eot.get('rule')}" + (f"; skipped, no EOT: {', '.join(sorted(skipped))}" if skipped else "")
+        f"{eot.get('rule')}{common}" + (f"; skipped, no EOT: {', '.join(sorted(skipped))}" if skipped else "")
     )
 
 

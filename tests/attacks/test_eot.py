@@ -38,7 +38,7 @@ EPS = 0.06  # the linear part's closed-form robust accuracy here is ~70%: room t
 N = 96
 EOT = 16
 #: The entries' own eot_iter and single-draw predictions (automatic EOT would give both runs 20 iterations).
-MANUAL = EvalSettings(eot=EotSettings("off"))
+MANUAL = EvalSettings(eot=EotSettings("off", 1))
 
 
 def _pgd_suite(backend: str, eot_iter: int, threat: str = "Linf", **extra: object):

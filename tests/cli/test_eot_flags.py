@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_wave import attack
+from robustbench_wave import attack, attackrun
 from robustbench_wave.attackrun import select_suite
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation.eot import EOT_ITER, EotSettings
@@ -42,7 +42,8 @@ def test_bad_values_end_with_one_line(flags: list[str], capsys: pytest.CaptureFi
 
 @pytest.mark.slow
 def test_a_noisy_factory_model_is_attacked_with_eot_end_to_end(tmp_path: Path) -> None:
-    """FAB-T has no EOT and is skipped with its reason; PGD and APGD run with 20 EOT iterations."""
+    """FAB-T has no EOT and is skipped with its reason; PGD and APGD run with 20 EOT iterations; the saved
+    points re-audit to their recorded classes exactly (the run's own common random numbers)."""
     images, labels, _ = load_split("synthetic", "train")
     weights = tmp_path / "linear.safetensors"
     state = ext.fit_pooled_linear(to_float(images[:2000]), labels[:2000])
@@ -52,6 +53,7 @@ def test_a_noisy_factory_model_is_attacked_with_eot_end_to_end(tmp_path: Path) -
         "--model", NOISY, "--weights", str(weights), "--dataset", "synthetic", "--suite", "smoke",
         "--attacks", "pgd_linf,apgd_ce,fab_t", "--n-examples", "16", "--eot-draws", "5", "--surrogate", "none",
         "--out", str(out), "--no-progress", "--device", "cpu", "--n-diagnostics", "8", "--diagnostics-steps", "2",
+        "--save-adversarial", "--seed", "3",
     ]  # fmt: skip
     assert attack.main(args) == 0
     (run,) = (out / "attack").glob("*/*")
@@ -65,3 +67,7 @@ def test_a_noisy_factory_model_is_attacked_with_eot_end_to_end(tmp_path: Path) -
     assert json.loads((run / "config.json").read_text())["eot_draws"] == 5
     report = (run / "report.md").read_text()
     assert "randomised" in report and "plurality vote of K draws" in report and "fab_t" in report
+    assert "common random numbers" in report
+    table, problems = attackrun.reaudit_run(run, tmp_path, "cpu")
+    assert problems == [] and table["n_checked"].sum() > 0, table
+    assert table["n_pred_mismatches"].sum() == 0 and table["n_vote_flips"].sum() == 0

@@ -71,7 +71,7 @@ def test_the_clean_decision_is_the_vote_of_k_draws_and_one_draw_is_not() -> None
     assert eot["stochastic"] and eot["draws"] == 61 and eot["rule"] == DRAW_RULE
     assert auto.meta["settings"]["eot"] == "auto" and auto.meta["settings"]["eot_draws"] == 61
     # one draw per point: wrong with probability p, so it disagrees with the rule on ~17.5% of the points
-    off = evaluate(Flipper(), x, y, CLEAN_ONLY, EvalSettings(eot=EotSettings("off")), progress=False)
+    off = evaluate(Flipper(), x, y, CLEAN_ONLY, EvalSettings(eot=EotSettings("off", 1)), progress=False)
     assert (_clean(off.records) != (p < 0.5)).sum() >= 5
     assert off.meta["models"]["model"]["eot"]["draws"] == 1
 
@@ -83,7 +83,7 @@ def test_a_randomised_models_records_repeat() -> None:
     for state in (1, 2):
         torch.manual_seed(state)
         runs.append(
-            evaluate(Flipper(), x, y, CLEAN_ONLY, EvalSettings(eot=EotSettings("off")), progress=False)
+            evaluate(Flipper(), x, y, CLEAN_ONLY, EvalSettings(eot=EotSettings("off", 1)), progress=False)
         )
     pd.testing.assert_frame_equal(runs[0].records, runs[1].records)
 

@@ -1,6 +1,7 @@
 """A randomised model's evaluation: its EOT draws batched (attacks.draws), its records independent of the
-batch size (every runner and every K-draw prediction seeded per block of example ids), and a model that
-draws once per forward kept on one draw per forward (batching would give every copy the same draw)."""
+batch size (every runner seeded per block of example ids, every K-draw prediction per example and draw), and
+a model that draws once per forward kept on one draw per forward (batching would give every copy the same
+draw)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``report --reaudit`` on a randomised model re-classifies its saved points by the run's K-draw rule: every
-break confirmed by a new vote, up to the vote flips near a tie; one-draw re-classification is not the rule."""
+"""``report --reaudit`` on a randomised model re-classifies its saved points by the run's K-draw rule on the
+run's own common random numbers, so to the recorded class exactly; a run made before its predictions shared
+their draws is re-classified by a new vote, every break confirmed up to the vote flips near a tie."""
 
 from __future__ import annotations
 
@@ -37,18 +38,19 @@ def run() -> tuple:
     return model, x, y, result.records, result.adversarial["model"], eot
 
 
-def test_a_randomised_models_saved_points_are_confirmed_by_a_new_k_draw_vote(run) -> None:
+def test_a_randomised_models_saved_points_are_re_classified_to_their_recorded_class(run) -> None:
     model, x, y, records, kept, eot = run
-    assert eot.votes and len(kept) > 0
+    assert eot.votes and eot.common_draws and len(kept) > 0
     table = reaudit_model(model, x, y, range(N), kept, records, eot=eot)
-    assert problems(table) == [], table
+    assert problems(table, {"model": eot}) == [], table
     assert int(table["n_checked"].sum()) == len(kept)
-    assert int(table["n_pred_mismatches"].sum()) == 0
+    assert int(table["n_pred_mismatches"].sum()) == 0 and int(table["n_vote_flips"].sum()) == 0
+    other_seed = reaudit_model(model, x, y, range(N), kept, records, eot=eot, seed=1)
+    assert int(other_seed["n_pred_mismatches"].sum()) > 0  # other draws: not the run's classification
 
 
-def test_a_saved_point_that_no_longer_breaks_under_the_vote_is_a_problem(run) -> None:
-    """Planted: every saved point replaced by its clean image, which the vote classifies right."""
-    model, x, y, records, kept, eot = run
+def _clean_points(kept: AdversarialSet, x: torch.Tensor) -> AdversarialSet:
+    """Every saved point replaced by its clean image, which the run's vote classified right."""
     clean = AdversarialSet(kept.model)
     for key in kept.keys():  # noqa: SIM118  (AdversarialSet.keys, not a dict)
         g = kept.group(key)
@@ -60,8 +62,25 @@ def test_a_saved_point_that_no_longer_breaks_under_the_vote_is_a_problem(run) ->
                 src,
                 {"backend": "builtin", "family": "pgd", "kind": "white-box"},
             )
-    table = reaudit_model(model, x, y, range(N), clean, records, eot=eot)
-    assert int(table["n_vote_flips"].sum()) == len(kept)
-    assert any("new K-draw vote" in p for p in problems(table))
-    one_draw = reaudit_model(model, x, y, range(N), kept, records, eot=dataclasses.replace(eot, draws=1))
-    assert int(one_draw["n_vote_flips"].sum()) == 0  # not the run's rule: compared class by class instead
+    return clean
+
+
+def test_a_saved_point_that_no_longer_breaks_is_a_mismatch(run) -> None:
+    model, x, y, records, kept, eot = run
+    table = reaudit_model(model, x, y, range(N), _clean_points(kept, x), records, eot=eot)
+    assert int(table["n_pred_mismatches"].sum()) == len(kept)
+    assert any("pred mismatches" in p for p in problems(table, {"model": eot}))
+
+
+def test_a_run_before_common_draws_is_confirmed_by_a_new_vote_up_to_flips_near_a_tie(run) -> None:
+    model, x, y, records, kept, eot = run
+    legacy = dataclasses.replace(eot, common_draws=False)
+    table = reaudit_model(model, x, y, range(N), kept, records, eot=legacy)
+    assert problems(table, {"model": legacy}) == [], table
+    flipped = reaudit_model(model, x, y, range(N), _clean_points(kept, x), records, eot=legacy)
+    assert int(flipped["n_vote_flips"].sum()) == len(kept)
+    assert int(flipped["n_pred_mismatches"].sum()) == 0  # a new vote is compared right / wrong, not by class
+    assert any("new K-draw vote" in p for p in problems(flipped, {"model": legacy}))
+    one_draw = dataclasses.replace(legacy, draws=1)
+    table = reaudit_model(model, x, y, range(N), kept, records, eot=one_draw)
+    assert int(table["n_vote_flips"].sum()) == 0  # not a vote: compared class by class instead

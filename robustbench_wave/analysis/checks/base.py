@@ -78,7 +78,7 @@ class CheckInputs:
 
     @property
     def votes(self) -> bool:
-        """The run decided this randomised model's predictions by K-draw votes (the 'rand' protocol)."""
+        """The run decided this randomised model's predictions by K-draw votes (under any --eot, K > 1)."""
         return self.eot is not None and self.eot.votes
 
     def subset(self) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:

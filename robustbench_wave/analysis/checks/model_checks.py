@@ -28,7 +28,13 @@ from robustbench_wave.attacks import (
     pgd_with_history,
     seeded,
 )
-from robustbench_wave.evaluation.eot import LOGIT_RTOL, VOTE_TOL, EotPlan, measure_randomness, vote_agreement
+from robustbench_wave.evaluation.eot import (
+    LOGIT_RTOL,
+    EotPlan,
+    measure_randomness,
+    vote_agreement,
+    vote_tolerance,
+)
 from robustbench_wave.evaluation.execute import predict
 from robustbench_wave.models.frontend import GradMode
 
@@ -279,8 +285,9 @@ class GradientHealth(Check):
 @dataclass(frozen=True)
 class Deterministic(Check):
     """Two eval-mode forwards (and input gradients) must agree; once for all gradient modes. When the run
-    applied the 'rand' protocol (EOT: predictions by the K-draw vote), the decision it used must be stable
-    instead: two independent K-draw votes of the subset agree on all but ``vote_tol`` of its points.
+    applied the 'rand' protocol (EOT gradients, predictions by the K-draw vote), the decision it used must be
+    stable instead: two independent K-draw votes of the subset agree on all but ``vote_tol`` of its points
+    (None: :func:`~robustbench_wave.evaluation.eot.vote_tolerance` of the run's K).
 
     A failure means the model is randomized in eval mode and the run used single draws (single-draw
     gradients are noisy, so attacks must use EOT -- expectation over transformation, Athalye et al. 2018 --
@@ -291,7 +298,9 @@ class Deterministic(Check):
     reads: ClassVar[Reads] = Reads.MODEL
     per_mode: ClassVar[bool] = False
     rtol: float = LOGIT_RTOL  # relative logit difference between two forwards (gradients: at least 1e-3)
-    vote_tol: float = VOTE_TOL  # fraction of points two independent K-draw votes may disagree on (EOT runs)
+    vote_tol: float | None = (
+        None  # fraction of points two independent K-draw votes may disagree on (None: from K)
+    )
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         model, x, y = inputs.subset()
@@ -301,13 +310,14 @@ class Deterministic(Check):
         passed = randomness.deterministic(self.rtol)
         if passed:
             meaning = "deterministic in eval mode"
-        elif inputs.votes and inputs.eot is not None:
+        elif inputs.eot is not None and inputs.eot.rand_protocol:
             passed, meaning = self._votes_settled(inputs, inputs.eot, numbers)
         else:
             meaning = (
                 "the model is randomized in eval mode: single-draw gradients are noisy, attacks must use EOT "
                 "(expectation over transformation, Athalye et al. 2018) and accuracy must be averaged over "
-                "draws (the attack run does both unless --eot off: see its meta.json 'eot')"
+                "draws (the attack run does both by default; --eot off keeps only the K-draw votes: see its "
+                "meta.json 'eot')"
             )
         if was_training:
             meaning += "; note: the model was handed over in train mode (diagnostics switch it to eval)"
@@ -317,17 +327,18 @@ class Deterministic(Check):
         """Randomised, with the run's K-draw votes: do two independent votes agree within ``vote_tol``?"""
         model, x, y = inputs.subset()
         agreement = vote_agreement(model, x, y, eot, inputs.seed, x.device)
+        tol = self.vote_tol if self.vote_tol is not None else vote_tolerance(eot.draws)
         numbers |= {"eot_draws": eot.draws, "eot_iter": eot.eot_iter, "vote_agreement": agreement}
-        numbers |= {"vote_tol": self.vote_tol}
+        numbers |= {"vote_tol": tol}
         k = f"K = {eot.draws}"
-        if 1.0 - agreement <= self.vote_tol:
+        if 1.0 - agreement <= tol:
             return True, (
                 f"randomized in eval mode, and the run handled it: EOT ({eot.eot_iter} draws per gradient) and "
                 f"predictions by the {k}-draw vote, which is settled here (two independent votes agree on "
-                f"{agreement:.1%} of the points; tolerance {self.vote_tol:.0%})"
+                f"{agreement:.1%} of the points; tolerance {tol:.1%}, from K)"
             )
         return False, (
             f"randomized in eval mode and its {k}-draw votes are unsettled: two independent votes agree on only "
-            f"{agreement:.1%} of the points (at least {1 - self.vote_tol:.0%} needed); the run's accuracies depend on "
+            f"{agreement:.1%} of the points (at least {1 - tol:.1%} needed, from K); the run's accuracies depend on "
             "the draw -- use more draws (--eot-draws)"
         )

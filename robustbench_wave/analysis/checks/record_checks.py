@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from robustbench_wave.attacks import AttackKind, Trait, families_with
-from robustbench_wave.evaluation.eot import VOTE_TOL
+from robustbench_wave.evaluation.eot import vote_tolerance
 from robustbench_wave.evaluation.metrics import robust_accuracy
 
 from .base import CheckInputs, CheckResult, RecordCheck, register_check
@@ -319,35 +319,37 @@ class BestVsLastIterate(RecordCheck):
     """A point broken at any iterate must count as broken (silent successes; Croce & Hein 2020).
 
     A failure means points whose last iterate was misclassified count as robust: the bookkeeping loses
-    successes. Reads ``correct_last`` of the iterative families' rows. When the run applied the 'rand'
-    protocol both flags are plurality votes over independent draws of a randomised model (the record's
-    K-draw vote of the kept point, the attack's vote over its EOT draws of the last iterate), so two votes
-    of a point near a tie may differ: up to ``vote_tol`` of the compared rows may then disagree.
+    successes. Reads ``correct_last`` of the iterative families' rows. On a randomised model decided by
+    K-draw votes both flags are plurality votes over independent draws (the record's K-draw vote of the kept
+    point, the attack's vote over its EOT draws of the last iterate, one draw without EOT), so two votes of a
+    point near a tie may differ: up to ``vote_tol`` of the compared rows may then disagree (None:
+    :func:`~robustbench_wave.evaluation.eot.vote_tolerance` of the two votes' draws).
     """
 
     name: ClassVar[str] = "best_vs_last_iterate"
-    vote_tol: float = VOTE_TOL  # fraction of compared rows whose two votes may disagree (EOT runs)
+    vote_tol: float | None = None  # fraction of compared rows whose two votes may disagree (None: from K)
 
     def run(self, inputs: CheckInputs, mode: str | None) -> CheckResult:
         result = super().run(inputs, mode)
         if not inputs.votes or inputs.eot is None or result.passed is not False:
             return result
         lost, compared = result.numbers["uncounted_last_iterate_successes"], result.numbers["compared"]
-        result.numbers |= {"eot_draws": inputs.eot.draws, "eot_iter": inputs.eot.eot_iter}
-        result.numbers["vote_tol"] = self.vote_tol
+        eot = inputs.eot
+        tol = self.vote_tol if self.vote_tol is not None else vote_tolerance(eot.draws, eot.eot_iter)
+        result.numbers |= {"eot_draws": eot.draws, "eot_iter": eot.eot_iter, "vote_tol": tol}
         share = lost / compared
-        if share <= self.vote_tol:
+        if share <= tol:
             result.passed = True
             result.meaning = (
-                f"the best iterate is kept: under the run's K-draw rule (K = {inputs.eot.draws} for the kept "
-                f"point, the attack's {inputs.eot.eot_iter} EOT draws for the last iterate, both plurality votes "
+                f"the best iterate is kept: under the run's K-draw rule (K = {eot.draws} for the kept "
+                f"point, the attack's {eot.eot_iter} EOT draws for the last iterate, both plurality votes "
                 f"of independent draws) {lost} of {compared} compared points ({share:.1%}) voted differently, "
-                f"within the tolerance for votes near a tie ({self.vote_tol:.0%})"
+                f"within the tolerance for votes near a tie ({tol:.1%}, from K)"
             )
         else:
             result.meaning += (
-                f" ({lost} of {compared} = {share:.1%}, more than the {self.vote_tol:.0%} that independent "
-                "K-draw votes near a tie explain)"
+                f" ({lost} of {compared} = {share:.1%}, more than the {tol:.1%} that independent "
+                "votes near a tie explain)"
             )
         return result
 
