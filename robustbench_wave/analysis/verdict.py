@@ -33,6 +33,7 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
+from robustbench_wave.evaluation.escalation import path_reason
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
@@ -54,6 +55,7 @@ ROBUST = "robust under all attacks"
 MASKING_BUT_ROBUST = "partly gradient masking, still more robust"
 NO_BASELINE = "no baseline"
 INCONCLUSIVE = "inconclusive"
+UNVERIFIED = "unverified (gradient checks failed)"
 ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
 
 CLEAN_FLOOR_SHARE = 1 / 3
@@ -475,6 +477,7 @@ def _judge_threat(
     chance: float,
     settings: VerdictSettings,
     self_transfer: Collection[str] = (),
+    marks: Marks | None = None,
 ) -> _ThreatJudgement | None:
     """Numbers and categories of every candidate at one threat's budget (None: not evaluated)."""
     eps = eps or reference_eps(runs[0], threat)
@@ -499,8 +502,23 @@ def _judge_threat(
         grid = grid_numbers(runs, cand_name, base_name, threat, settings)
         facts["masking_eps"] = grid.masking_eps if grid else []
         facts["self_transfer"] = cand_name in self_transfer  # its transfer rows are white-box restarts
+        facts |= _unverified_facts(cand_name, str(cand.get("modes") or ""), marks or {})
         judged = CandidateJudgement(f"{cand_name}@{threat}", cand, base, facts, spread, len(seeded), grid)
         out.candidates.append(judged)
+    return out
+
+
+def _unverified_facts(model: str, modes: str, marks: Marks) -> dict[str, Any]:
+    """``unverified_modes`` (mode -> why) of a candidate with marked modes; when every mode it was attacked
+    under is marked, its category becomes :data:`UNVERIFIED` (the number is no robustness, whatever the
+    comparison said: an upper bound from attacks that could not use the gradient)."""
+    attacked = [m for m in modes.split(",") if m]
+    why = {m: marks[(model, m)] for m in attacked if (model, m) in marks}
+    if not why:
+        return {}
+    out: dict[str, Any] = {"unverified_modes": why}
+    if len(why) == len(attacked):
+        out["category"] = UNVERIFIED
     return out
 
 
@@ -549,6 +567,37 @@ def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> Ene
     return EnergyContrast(noise, adv, as_float(energy.get("lowfreq_pgd")), more)
 
 
+#: (model, gradient mode) -> why that model's cells in that mode are no measure of robustness.
+Marks = dict[tuple[str, str], str]
+
+
+def unverified_cells(meta: Mapping[str, Any], diagnostics: Sequence[Mapping[str, Any]]) -> Marks:
+    """The (model, gradient mode) pairs whose robust accuracies the tables mark and the verdict never quotes
+    as robustness: the mode failed a check of the gradient-masking checklist (``diagnostics``: diagnostics.json's
+    entries; a mode-free failure, e.g. ``deterministic``, fails every mode), or the model's scan found its
+    gradient lost or unhandled (meta.json's ``gradient_path``) and no escalation ran (its ``escalation``)."""
+    models = meta.get("models") or {}
+    out: Marks = {}
+    for d in diagnostics:
+        model = str(d["model"])
+        modes = (models.get(model) or {}).get("grad_modes") or sorted(
+            {c["grad_mode"] for c in d.get("checks", []) if c.get("grad_mode")}
+        )
+        fails: dict[str, list[str]] = {}
+        for c in d.get("checks", []):
+            if c.get("passed") is False:
+                for mode in [c["grad_mode"]] if c.get("grad_mode") else modes:
+                    fails.setdefault(mode, []).append(str(c["name"]))
+        for mode, names in fails.items():
+            out[(model, mode)] = "failed gradient checks: " + ", ".join(dict.fromkeys(names))
+    for model, m in models.items():
+        reason = path_reason(m["gradient_path"]) if m.get("gradient_path") else None
+        if reason is not None and not m.get("escalation"):
+            for mode in m.get("grad_modes") or []:
+                out.setdefault((str(model), str(mode)), f"{reason}; not escalated")
+    return out
+
+
 def failed_checks(fails: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """Failed check names by gradient mode, each once, modes without a failure left out."""
     return {m: list(dict.fromkeys(v)) for m, v in fails.items() if v}
@@ -572,6 +621,7 @@ def judge(
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
     self_transfer: Collection[str] = (),
+    unverified: Marks | None = None,
 ) -> Judgement:
     """The judgement at each threat's reference eps.  ``records`` may be a list (one frame per training
     seed): numbers then combine into mean ± standard deviation and the category is decided on the seeds
@@ -581,7 +631,9 @@ def judge(
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
     checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated);
     ``self_transfer``: models whose transfer attacks were crafted on themselves (``checks.compare.
-    self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts.
+    self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts;
+    ``unverified``: :func:`unverified_cells` of the runs -- a candidate every one of whose modes is marked is
+    :data:`UNVERIFIED`, never a robustness category.
     """
     settings = settings or VerdictSettings()
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
@@ -590,7 +642,15 @@ def judge(
     seeds = list(seeds) if seeds is not None else list(range(len(runs)))
     judged = [
         _judge_threat(
-            runs, seeds, t, (eps or {}).get(t), baseline, 1.0 / num_classes, settings, self_transfer
+            runs,
+            seeds,
+            t,
+            (eps or {}).get(t),
+            baseline,
+            1.0 / num_classes,
+            settings,
+            self_transfer,
+            unverified,
         )
         for t in threats
     ]

@@ -28,6 +28,7 @@ from robustbench_wave.analysis.verdict import (
     NO_BASELINE,
     NOT_ROBUST,
     ROBUST,
+    UNVERIFIED,
     CandidateJudgement,
     EnergyContrast,
     GridNumbers,
@@ -202,6 +203,8 @@ def _sentence(
             + _paired_clause(cat)
         )
     category = cat["category"]
+    if category == UNVERIFIED:
+        return _unverified_sentence(cand, cat, sp, where)
     if category in (MASKING, MASKING_BUT_ROBUST):
         return _masking_sentence(cand, cat, sp, where, base_txt)
     if category == ROBUST:
@@ -221,6 +224,20 @@ def _sentence(
         how = "even more easily than" if cat.get("below_baseline") else "as well as"
         return text + f": attacks break it {how} the baseline — no natural robustness; {base_txt}."
     return text + ": it is at chance level — no natural robustness."
+
+
+def _unverified_sentence(
+    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str
+) -> str:
+    """A candidate whose every gradient mode is marked: its number is stated as what it is, an upper bound
+    from attacks that could not use the gradient, never as robustness."""
+    why = "; ".join(f"{mode}: {reason}" for mode, reason in cat["unverified_modes"].items())
+    return (
+        f"**{cand['model']}** is unverified at {where}: its gradient failed in every mode it was attacked "
+        f"under ({why}). The {percent(cand['worst_case'], sp.get('worst_case'))} of points its attacks left "
+        f"unbroken ({_under(cand, sp, cat)}; clean {percent(cand['clean'], sp.get('clean'))}) is an upper "
+        "bound from attacks that could not follow the gradient, not a robust accuracy."
+    )
 
 
 def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
@@ -281,6 +298,14 @@ def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> str
 
 
 def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+    unverified = [k for k, c in categories.items() if c == UNVERIFIED]
+    if unverified:
+        rest = {k: c for k, c in categories.items() if c != UNVERIFIED}
+        text = (
+            f"unverified for {', '.join(unverified)}: the gradient failed in every mode it was attacked under, "
+            "so its numbers are upper bounds, not robustness."
+        )
+        return text + (f" Otherwise: {_headline(rest, details)}" if rest else "")
     cats = set(categories.values())
     if not cats:
         return "no candidate with a fixed front-end and a comparable budget was evaluated."
