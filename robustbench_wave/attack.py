@@ -163,10 +163,12 @@ def get_args_parser() -> Parser:
         "--surrogate",
         default=attackrun.AUTO_SURROGATE,
         help="model whose exact gradients craft the transfer attack: a zoo NAME or an external reference "
-        f"like --model; 'none' skips transfer; '{attackrun.AUTO_SURROGATE}' (the default) = the zoo "
-        f"{attackrun.AUTO_SURROGATE_MODEL} of the same --train-seed when it is trained for the data set, "
-        "else none (config.json records the choice, report.md says why)",
+        f"like --model; 'none' skips transfer; '{attackrun.AUTO_SURROGATE}' (the default) = the --baseline, "
+        f"else the zoo {attackrun.AUTO_SURROGATE_MODEL} of the same --train-seed when it is trained for the "
+        "data set, else none (config.json records the choice, report.md says why)",
     )
+    p.add_argument("--baseline", default=None, metavar="MODEL", help=attackrun.BASELINE_HELP)
+    p.add_argument("--escalation", choices=attackrun.ESCALATION_CHOICES, **attackrun.ESCALATION_FLAG)
     p.add_argument(
         "--surrogate-weights",
         default=None,
@@ -279,7 +281,7 @@ def get_args_parser() -> Parser:
 #: Flags that are :class:`~robustbench_wave.attackrun.RunSettings` fields of the same name.
 SETTINGS_FLAGS = (
     "dataset", "n_examples", "seed", "train_seed", "backend", "grad_modes", "surrogate", "skip_broken",
-    "cross_check", "compile", "save_adversarial", "eot", "eot_draws",
+    "cross_check", "compile", "save_adversarial", "eot", "eot_draws", "baseline", "escalation",
 )  # fmt: skip
 
 

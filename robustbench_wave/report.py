@@ -54,7 +54,7 @@ from robustbench_wave.report_docs import (
     publish_arguments,
     publish_main,
 )
-from robustbench_wave.reporting.markdown import write_report
+from robustbench_wave.reporting.markdown import table_marks, write_report
 from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
 from robustbench_wave.reporting.tables import write_tables
 from robustbench_wave.runfolder import RunLock, check_writable_root
@@ -192,7 +192,8 @@ def _write_one_or_combined(runs: list[RunFolder], out: Path, args: Any) -> list[
     written: list[Path] = []
     if len(runs) == 1:
         run = runs[0]
-        tables = write_tables(run.records, out.parent, meta=run.meta, baseline=args.baseline)
+        marks = table_marks(run)
+        tables = write_tables(run.records, out.parent, meta=run.meta, baseline=args.baseline, marks=marks)
         if not args.quiet:
             sys.stdout.write(tables["text"].read_text(encoding="utf-8"))
         written += tables.values()

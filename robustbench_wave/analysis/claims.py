@@ -405,6 +405,7 @@ VERDICT_MAP = {
     vd.ROBUST_THESE_NETWORKS: INCONCLUSIVE,  # these networks, not confirmed across training seeds
     vd.INCONCLUSIVE: INCONCLUSIVE,
     vd.NO_BASELINE: INCONCLUSIVE,
+    vd.UNVERIFIED: INCONCLUSIVE,  # every mode failed a gradient check: no robustness can be claimed
 }
 
 

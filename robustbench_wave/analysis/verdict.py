@@ -38,6 +38,7 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
+from robustbench_wave.evaluation.escalation import path_reason
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
@@ -63,6 +64,7 @@ SMALL_DIFFERENCE = "small difference"
 ROBUST_THESE_NETWORKS = "more robust for these networks, not confirmed across training seeds"
 NO_BASELINE = "no baseline"
 INCONCLUSIVE = "inconclusive"
+UNVERIFIED = "unverified (gradient checks failed)"
 ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
 
 CLEAN_FLOOR_SHARE = 1 / 3
@@ -750,7 +752,12 @@ def holm_families(units: Sequence[_Unit]) -> int:
 
 
 def _finish(
-    pend: _Pending, chance: float, settings: VerdictSettings, family: int, self_transfer: Collection[str]
+    pend: _Pending,
+    chance: float,
+    settings: VerdictSettings,
+    family: int,
+    self_transfer: Collection[str],
+    marks: Marks,
 ) -> CandidateJudgement:
     """The candidate's categories at every budget (adjusted p-values), its grid and its facts."""
     for u in pend.units:
@@ -786,6 +793,7 @@ def _finish(
         facts["advantage_eps"] = grid.advantage_eps
         facts["grid_outcomes"] = {f"{e:.4g}": o for e, o in zip(grid.eps, grid.outcomes)}
     facts["self_transfer"] = pend.name in self_transfer  # its transfer rows are white-box restarts
+    facts |= _unverified_facts(pend.name, str(ref.cand.get("modes") or ""), marks)
     return CandidateJudgement(
         f"{pend.name}@{pend.threat}",
         ref.cand,
@@ -816,6 +824,20 @@ def _grid(pend: _Pending) -> GridNumbers:
     )
 
 
+def _unverified_facts(model: str, modes: str, marks: Marks) -> dict[str, Any]:
+    """``unverified_modes`` (mode -> why) of a candidate with marked modes; when every mode it was attacked
+    under is marked, its category becomes :data:`UNVERIFIED` (the number is no robustness, whatever the
+    comparison said: an upper bound from attacks that could not use the gradient)."""
+    attacked = [m for m in modes.split(",") if m]
+    why = {m: marks[(model, m)] for m in attacked if (model, m) in marks}
+    if not why:
+        return {}
+    out: dict[str, Any] = {"unverified_modes": why}
+    if len(why) == len(attacked):
+        out["category"] = UNVERIFIED
+    return out
+
+
 def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> EnergyContrast | None:
     """What sparsification removes more of, from one model's mean removed shares {"noise", "pgd",
     "lowfreq_pgd"} (``energy.describe_energy``); None without both noise and PGD."""
@@ -829,6 +851,37 @@ def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> Ene
     else:
         more = FILTERS_ALIKE
     return EnergyContrast(noise, adv, as_float(energy.get("lowfreq_pgd")), more)
+
+
+#: (model, gradient mode) -> why that model's cells in that mode are no measure of robustness.
+Marks = dict[tuple[str, str], str]
+
+
+def unverified_cells(meta: Mapping[str, Any], diagnostics: Sequence[Mapping[str, Any]]) -> Marks:
+    """The (model, gradient mode) pairs whose robust accuracies the tables mark and the verdict never quotes
+    as robustness: the mode failed a check of the gradient-masking checklist (``diagnostics``: diagnostics.json's
+    entries; a mode-free failure, e.g. ``deterministic``, fails every mode), or the model's scan found its
+    gradient lost or unhandled (meta.json's ``gradient_path``) and no escalation ran (its ``escalation``)."""
+    models = meta.get("models") or {}
+    out: Marks = {}
+    for d in diagnostics:
+        model = str(d["model"])
+        modes = (models.get(model) or {}).get("grad_modes") or sorted(
+            {c["grad_mode"] for c in d.get("checks", []) if c.get("grad_mode")}
+        )
+        fails: dict[str, list[str]] = {}
+        for c in d.get("checks", []):
+            if c.get("passed") is False:
+                for mode in [c["grad_mode"]] if c.get("grad_mode") else modes:
+                    fails.setdefault(mode, []).append(str(c["name"]))
+        for mode, names in fails.items():
+            out[(model, mode)] = "failed gradient checks: " + ", ".join(dict.fromkeys(names))
+    for model, m in models.items():
+        reason = path_reason(m["gradient_path"]) if m.get("gradient_path") else None
+        if reason is not None and not m.get("escalation"):
+            for mode in m.get("grad_modes") or []:
+                out.setdefault((str(model), str(mode)), f"{reason}; not escalated")
+    return out
 
 
 def failed_checks(fails: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -854,6 +907,7 @@ def judge(
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
     self_transfer: Collection[str] = (),
+    unverified: Marks | None = None,
 ) -> Judgement:
     """The judgement at each threat's reference eps, and at every budget of its grid (where the advantage
     ends).  ``records`` may be a list (one frame per training seed): numbers then combine into mean ±
@@ -867,7 +921,9 @@ def judge(
     ``diagnostics_failures``: per model, failed check names by gradient mode (``"all"`` for mode-free
     checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated);
     ``self_transfer``: models whose transfer attacks were crafted on themselves (``checks.compare.
-    self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts.
+    self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts;
+    ``unverified``: :func:`unverified_cells` of the runs -- a candidate every one of whose modes is marked is
+    :data:`UNVERIFIED`, never a robustness category.
     """
     settings = settings or VerdictSettings()
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
@@ -879,7 +935,7 @@ def judge(
     pending = [p for j in parts for p in j.pending]
     family = holm_families([u for p in pending for u in p.units])
     chance = 1.0 / num_classes
-    candidates = [_finish(p, chance, settings, family, self_transfer) for p in pending]
+    candidates = [_finish(p, chance, settings, family, self_transfer, unverified or {}) for p in pending]
     contrasts = {m: energy_contrast(row, settings) for m, row in (energy or {}).items()}
     failed = {m: failed_checks(f) for m, f in (diagnostics_failures or {}).items()}
     failed = {m: f for m, f in failed.items() if f}

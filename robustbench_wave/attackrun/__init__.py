@@ -55,6 +55,9 @@ from robustbench_wave.attackrun.reaudit import reaudit_run
 from robustbench_wave.attackrun.settings import (
     AUTO_SURROGATE,
     AUTO_SURROGATE_MODEL,
+    BASELINE_HELP,
+    ESCALATION_CHOICES,
+    ESCALATION_FLAG,
     NO_SURROGATE,
     ExternalFlags,
     GradModeRequest,
@@ -76,7 +79,10 @@ from robustbench_wave.attackrun.settings import (
 __all__ = [
     "AUTO_SURROGATE",
     "AUTO_SURROGATE_MODEL",
+    "BASELINE_HELP",
     "CHUNKS_DIR",
+    "ESCALATION_CHOICES",
+    "ESCALATION_FLAG",
     "LOCK_HINT",
     "NO_SURROGATE",
     "RUN_FILES",

@@ -18,6 +18,8 @@ from typing import Any
 import pandas as pd
 import torch
 
+from robustbench_wave.analysis.verdict import unverified_cells
+from robustbench_wave.attackrun.escalation import Surrogate, after_suite
 from robustbench_wave.attackrun.finalize import diagnose
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
@@ -130,28 +132,30 @@ def attack_models(
     ``0..N-1``) are the ids of ``data``'s images in the whole run (a shard's slice).
     """
     settings, surrogate = job.settings, job.surrogate
+    sur_name = settings.key(settings.surrogate) if surrogate is not None else None
     results = []
     for name, (model, tmeta) in job.models.items():
         model.to(device)
         sur = surrogate[0].to(device) if surrogate is not None else None
         if sur is model:
             log.info("%s is its own surrogate: the transfer attack is a white-box attack here", name)
+        eval_settings = settings.eval_settings(name, data.info, job.modes[name])
+        common: dict[str, Any] = {
+            "example_ids": example_ids,
+            "batch_size": job.options.batch_size,
+            "progress": progress,
+            "cache_dir": cache_dir,
+            "save_adversarial": settings.save_adversarial,
+            "specs": _spec_ids(tmeta, surrogate),
+        }
         result = evaluate(
-            model,
-            data.images,
-            data.labels,
-            job.suite,
-            settings.eval_settings(name, data.info, job.modes[name]),
-            surrogate=sur,
-            surrogate_name=settings.key(settings.surrogate) if sur is not None else None,
-            example_ids=example_ids,
-            batch_size=job.options.batch_size,
-            progress=progress,
-            cache_dir=cache_dir,
-            save_adversarial=settings.save_adversarial,
-            specs=_spec_ids(tmeta, surrogate),
-            extra_meta=_model_extra(settings, tmeta, job.surrogate_note),
-        )
+            model, data.images, data.labels, job.suite, eval_settings, surrogate=sur, surrogate_name=sur_name,
+            extra_meta=_model_extra(settings, tmeta, job.surrogate_note), **common,
+        )  # fmt: skip
+        if settings.escalates:  # where the scan found the gradient lost or unhandled
+            result = after_suite(
+                result, name, model, data, job.suite, eval_settings, Surrogate(sur, sur_name), **common
+            )
         results.append(result)
         job.echo(_summary_line(name, result))
     return results
@@ -184,7 +188,8 @@ def write_run(job: Job, merged: EvaluationResult) -> None:
     """records.csv.gz, meta.json and the tables of the whole run, printed; the report comes after."""
     merged.meta["run"] = run_meta(job.run_dir, job.command, job.config)
     paths = merged.save(job.run_dir)
-    paths |= tables.write_tables(merged.records, job.run_dir, meta=merged.meta)
+    marks = unverified_cells(merged.meta, []) or None  # a lost gradient not escalated; the checklist's later
+    paths |= tables.write_tables(merged.records, job.run_dir, meta=merged.meta, marks=marks)
     _print_results(job, merged, paths)
     if job.options.tensorboard is not None:
         _track_tables(job.options.tensorboard, job.data.info.slug, job.run_dir, paths)
@@ -265,4 +270,9 @@ def run_job(job: Job, shard: Shard, ctx: DistContext) -> None:
         claim(job.run_dir, job.config, job.options.overwrite, ctx, stack)
         run_ranks(job, shard, ctx)
         if job.options.finalize.diagnostics and ctx.is_main:
-            diagnose(job.options.finalize, job.run_dir, job.models, job.data, job.echo)
+            surrogate = Surrogate.of(job.surrogate, job.settings.key(job.settings.surrogate))
+            baseline = job.settings.key(job.settings.baseline) if job.settings.baseline else None
+            diagnose(
+                job.options.finalize, job.run_dir, job.models, job.data, job.echo,
+                surrogate=surrogate, baseline=baseline, escalate=job.settings.escalates,
+            )  # fmt: skip

@@ -1,6 +1,11 @@
 """The last step of an attack run: the gradient-masking checklist, energy, figures, verdict and report.md
 (:func:`robustbench_wave.reporting.finalize.finalize_run`), after the run's records are written, or later
 for a run joined from ``--shard`` jobs, whose models and test images are then reloaded and checked.
+
+When every gradient mode of a model failed the checklist, the run escalates
+(:func:`robustbench_wave.attackrun.escalation.after_checklist`): its records grow by the escalation's rows,
+and the checklist, verdict and report are computed again from them. The tables are then written again with
+the checklist's marks (:func:`robustbench_wave.reporting.tables.write_tables`).
 """
 
 from __future__ import annotations
@@ -10,13 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.attackrun.models import Loaded, reload_models
-from robustbench_wave.attackrun.settings import Echo
+from robustbench_wave.analysis.verdict import unverified_cells
+from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
+from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
+from robustbench_wave.attackrun.settings import NO_SURROGATE, Echo
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.distributed import resolve_device
-from robustbench_wave.evaluation.records import read_meta
+from robustbench_wave.evaluation.records import read_meta, read_run
+from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.finalize import finalize_run
-from robustbench_wave.reporting.runs import VERDICT_JSON
+from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON, VERDICT_JSON
+from robustbench_wave.reporting.tables import MARK, write_tables
 
 
 @dataclass(frozen=True)
@@ -57,20 +66,50 @@ class FinalizeOptions:
 
 
 def diagnose(
-    options: FinalizeOptions, run_dir: Path, models: dict[str, Loaded], data: LabelledImages, echo: Echo
+    options: FinalizeOptions,
+    run_dir: Path,
+    models: dict[str, Loaded],
+    data: LabelledImages,
+    echo: Echo,
+    *,
+    surrogate: Surrogate | None = None,
+    baseline: str | None = None,
+    escalate: bool = True,
 ) -> None:
-    """Gradient-masking checklist, figures, verdict and report.md of the finished run."""
-    report = finalize_run(
-        run_dir,
-        {name: model for name, (model, _) in models.items()},
-        data.images,
-        data.labels,
-        data.info,
-        n_diagnostics=options.n_diagnostics,
-        diagnostics_steps=options.diagnostics_steps,
-        seed=options.seed,
-        batch_size=options.batch_size,
+    """Gradient-masking checklist, figures, verdict and report.md of the finished run; a model whose every
+    gradient mode failed the checklist is escalated (transfer from ``surrogate``, the run's) and the run
+    diagnosed again (unless not ``escalate``: ``--escalation off``); finally the tables with the checklist's
+    marks (``baseline``: the verdict's)."""
+    modules = {name: model for name, (model, _) in models.items()}
+
+    def finalize() -> Path:
+        return finalize_run(
+            run_dir, modules, data.images, data.labels, data.info, n_diagnostics=options.n_diagnostics,
+            diagnostics_steps=options.diagnostics_steps, seed=options.seed, batch_size=options.batch_size,
+            baseline=baseline,
+        )  # fmt: skip
+
+    report = finalize()
+    reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
+    escalated = (
+        after_checklist(
+            run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=options.batch_size
+        )
+        if escalate
+        else []
     )
+    if escalated:
+        echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
+        report = finalize()
+        reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
+    records, meta = read_run(run_dir)
+    marks = unverified_cells(meta, reports)
+    paths = write_tables(records, run_dir, meta=meta, marks=marks, baseline=baseline)
+    if escalated:
+        echo(paths["text"].read_text(encoding="utf-8"))
+    elif marks:
+        marked = ", ".join(f"{m}/{g}" for m, g in marks)
+        echo(f"\n{MARK} marked in table.txt / table.csv / table.tex (gradient checks failed): {marked}")
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
         echo(f"\nverdict: {verdict['text']}")
@@ -94,4 +133,27 @@ def finalize_merged_run(
     dev = resolve_device(device)
     for model, _ in models.values():
         model.to(dev)
-    diagnose(options, run_dir, models, data, echo)
+    surrogate = _surrogate(config, results_dir, models, data)
+    if surrogate.model is not None:
+        surrogate.model.to(dev)
+    diagnose(
+        options, run_dir, models, data, echo, surrogate=surrogate, baseline=config.get("baseline"),
+        escalate=config.get("escalation", "auto") == "auto",
+    )  # fmt: skip
+
+
+def _surrogate(
+    config: dict[str, Any], results_dir: Path, models: dict[str, Loaded], data: LabelledImages
+) -> Surrogate:
+    """The run's transfer surrogate under its record name (a model of the run is that very module), for an
+    escalation after the checklist; none when the run has none."""
+    name = config.get("surrogate") or NO_SURROGATE
+    if name.lower() == NO_SURROGATE:
+        return Surrogate()
+    external = (config.get("external") or {}).get(name)
+    spec = ExternalSpec.from_config(external) if external else None
+    key = spec.slug if spec is not None else name
+    loaded = models.get(key) or load_model(
+        name, config["dataset"], results_dir, config["train_seed"], spec, data
+    )
+    return Surrogate(loaded[0], key)

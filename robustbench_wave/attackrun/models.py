@@ -148,12 +148,17 @@ def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[s
 def choose_surrogate(
     settings: RunSettings, results_dir: Path, info: DatasetInfo
 ) -> tuple[RunSettings, str | None]:
-    """``--surrogate auto``: the settings with the zoo's :data:`AUTO_SURROGATE_MODEL` (same training seed)
-    when a finished training run of it exists for ``info``'s data set in ``results_dir``, else ``none``, and
-    the sentence saying which and why (logged once; None when the surrogate was named). ``config.json``
-    stores the chosen name, so a run made with ``--surrogate patch`` is the same configuration."""
+    """``--surrogate auto``: the settings with the run's baseline (``--baseline``, a model of the run) when
+    one is given, else the zoo's :data:`AUTO_SURROGATE_MODEL` (same training seed) when a finished training
+    run of it exists for ``info``'s data set in ``results_dir``, else ``none``, and the sentence saying which
+    and why (logged once; None when the surrogate was named). ``config.json`` stores the chosen name, so a
+    run made with ``--surrogate patch`` is the same configuration."""
     if settings.surrogate != AUTO_SURROGATE:
         return settings, None
+    if settings.baseline is not None:
+        note = f"--surrogate auto: {settings.key(settings.baseline)} (the run's --baseline)"
+        log.info("%s", note)
+        return dataclasses.replace(settings, surrogate=settings.baseline), note
     name = AUTO_SURROGATE_MODEL
     folder = checkpoint.run_dir(results_dir, info.slug, name, settings.train_seed)
     try:  # a config.json that cannot be read is an error here too, as it would be when named

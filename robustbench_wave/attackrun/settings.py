@@ -27,12 +27,32 @@ from robustbench_wave.models.frontend import MODE_NAMES
 #: ``--surrogate`` value that skips the transfer attack.
 NO_SURROGATE = "none"
 
-#: ``--surrogate`` value (the default) that takes :data:`AUTO_SURROGATE_MODEL` when it is trained for the data
-#: set and training seed, else :data:`NO_SURROGATE` (:func:`robustbench_wave.attackrun.models.choose_surrogate`).
+#: ``--surrogate`` value (the default) that takes the run's ``--baseline`` when one is given, else
+#: :data:`AUTO_SURROGATE_MODEL` when it is trained for the data set and training seed, else :data:`NO_SURROGATE`
+#: (:func:`robustbench_wave.attackrun.models.choose_surrogate`).
 AUTO_SURROGATE = "auto"
 
 #: The zoo model ``--surrogate auto`` takes when it is trained: the undefended reference of the zoo.
 AUTO_SURROGATE_MODEL = "patch"
+
+#: ``--escalation`` values: ``auto`` (the default) escalates where the gradient is lost, unhandled or masked
+#: (:mod:`robustbench_wave.attackrun.escalation`); ``off`` reproduces an evaluation without it (its cells
+#: stay marked).
+ESCALATION_CHOICES = ("auto", "off")
+
+#: The attack command's help of ``--baseline`` and ``--escalation``.
+BASELINE_HELP = (
+    "the run's undefended model, one of the --model values (e.g. the plain CNN beside its defended version): "
+    "the transfer surrogate of --surrogate auto (so also of an escalation, docs/escalation.md) and the "
+    "verdict's baseline. Default: none (zoo runs: the zoo patch, as before)"
+)
+ESCALATION_FLAG = {
+    "default": ESCALATION_CHOICES[0],
+    "help": "auto (the default): where a model's gradient is lost or unhandled (the scan) or every gradient mode "
+    "fails the checklist, also run Square with 5,000 queries at every threat and budget and a transfer attack "
+    "from the --baseline (docs/escalation.md); off: do not (a naive evaluation; its cells stay marked with a "
+    "dagger)",
+}
 
 #: Where an attack run writes what a user reads on the terminal (results, not log messages).
 Echo = Callable[[str], None]
@@ -61,6 +81,12 @@ class RunSettings:
     external: tuple[ExternalSpec, ...] = ()  # the models (and surrogate) from outside the zoo
     eot: str = EotMode.AUTO.value  # EOT for randomised models: auto | on | off (evaluation.eot)
     eot_draws: int = DEFAULT_DRAWS  # K draws per prediction when EOT applies
+    baseline: str | None = None  # the run's undefended model (one of models): surrogate auto, the verdict
+    escalation: str = ESCALATION_CHOICES[0]  # auto | off
+
+    @property
+    def escalates(self) -> bool:
+        return self.escalation == ESCALATION_CHOICES[0]
 
     @property
     def has_surrogate(self) -> bool:
@@ -85,6 +111,8 @@ class RunSettings:
             optional["external"] = {e.reference: e.to_config() for e in self.external}
         optional |= {"eot": self.eot} if self.eot != EotMode.AUTO.value else {}  # likewise, when not default
         optional |= {"eot_draws": self.eot_draws} if self.eot_draws != DEFAULT_DRAWS else {}
+        optional |= {"baseline": self.key(self.baseline)} if self.baseline is not None else {}
+        optional |= {"escalation": self.escalation} if not self.escalates else {}
         return {
             "models": self.models,
             "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
@@ -232,6 +260,11 @@ def check_names(settings: RunSettings, out: Path, run_name: str | None) -> None:
         runfolder.check_safe_name(key, _name_of("--surrogate", settings.surrogate, settings))
     if run_name is not None:
         runfolder.check_safe_name(run_name, "--run-name")
+    if settings.baseline is not None and settings.baseline not in settings.models:
+        raise ValueError(
+            f"--baseline {settings.baseline} is not a --model of this run; give one of {settings.models} "
+            "(the baseline is attacked like every model, and is the transfer surrogate of --surrogate auto)"
+        )
 
 
 def _name_of(flag: str, reference: str, settings: RunSettings) -> str:

@@ -43,11 +43,12 @@ log = logging.getLogger(__name__)
 
 NAIVE, ADAPTIVE = "naive", "adaptive"
 #: The attack command's flags per protocol: the naive one trusts the model's own gradient, the exact one
-#: alone (no BPDA, no EOT: the automatic EOT off); the adaptive one is the command's defaults (``--grad-modes``
+#: alone (no BPDA, no EOT: the automatic EOT off, no escalation: Square-5000 and transfer would otherwise run by
+#: themselves where that gradient fails, docs/escalation.md); the adaptive one is the command's defaults (``--grad-modes``
 #: every mode each defence offers, ``--eot auto``). The gallery's defences have no FixedFrontEnd, so none offers
 #: the blocked mode, and a request for it would be refused.
 PROTOCOLS: dict[str, tuple[str, ...]] = {
-    NAIVE: ("--grad-modes", "exact", "--eot", "off"),
+    NAIVE: ("--grad-modes", "exact", "--eot", "off", "--escalation", "off"),
     ADAPTIVE: (),
 }
 #: ``surrogate`` value: the undefended model of each defence -- the gallery CNN with its trained weights for

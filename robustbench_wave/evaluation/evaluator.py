@@ -512,6 +512,7 @@ def evaluate(
     save_adversarial: bool = False,
     specs: Mapping[str, str] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    prior_records: pd.DataFrame | None = None,
 ) -> EvaluationResult:
     """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records.
 
@@ -530,6 +531,10 @@ def evaluate(
     chunk made under other specs is never resumed; ``extra_meta`` joins the model's ``meta.json`` entry.
     ``save_adversarial`` keeps the audited points that broke examples (``result.adversarial[model_name]``,
     :mod:`adversarial`); a cached chunk without its points is then computed again (same records).
+    ``prior_records`` (this model's records of an earlier evaluation of the same examples and modes, e.g.
+    the suite before an escalation, :mod:`escalation`) start the running worst case: with ``skip_broken``
+    the points they broke are recorded as skipped, as if this suite's entries had followed theirs (a caller
+    that resumes such an evaluation puts the prior's digest into ``specs``).
     """
     t_start = time.perf_counter()
     settings = settings or EvalSettings()
@@ -546,6 +551,8 @@ def evaluate(
     with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
         ctx.eot_rows = eot.draw_rows
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
+        if prior_records is not None:
+            run.state.apply_records(prior_records, run.ids.tolist())
         run.adversarial = AdversarialSet(settings.model_name) if save_adversarial else None
         chunks, resumed = _attack_all(run, plan, cache, progress)
     model_run = ModelRun(

@@ -25,7 +25,7 @@ from robustbench_wave.analysis.checks.compare import self_transfer_models
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
-from robustbench_wave.analysis.verdict import claim_numbers
+from robustbench_wave.analysis.verdict import Marks, claim_numbers, unverified_cells
 from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -40,11 +40,13 @@ from robustbench_wave.reporting.runs import (
     report_path,
 )
 from robustbench_wave.reporting.tables import (
+    MARK_LEGEND,
     by_column,
     corruption_table,
     formatted_table,
     markdown_table,
     seed_summary,
+    with_marks,
 )
 from robustbench_wave.reporting.verdict_text import Verdict, verdict
 
@@ -120,18 +122,43 @@ def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str, *, baseli
 # verdict
 # --------------------------------------------------------------------------------------------------------
 def run_verdict(runs: Sequence[RunFolder], *, num_classes: int, baseline: str | None = None) -> Verdict:
-    """The verdict over every run (one per training seed), with their energy and diagnostics failures."""
+    """The verdict over every run (one per training seed), with their energy, diagnostics failures and marked
+    cells; ``baseline`` defaults to the one the attack command was given (``--baseline``, its config.json)."""
     energy = combined_energy(runs)
     return verdict(
         [r.records for r in runs],
         num_classes=num_classes,
         eps=declared_reference(runs[0].meta) or None,  # the suite's reference; None: the middle of the grid
-        baseline=baseline,
+        baseline=baseline or run_baseline(runs),
         energy=describe_energy(energy_summary(energy)) if not energy.empty else {},
         diagnostics_failures=diagnostics_failures(runs),
         seeds=[i if r.train_seed is None else r.train_seed for i, r in enumerate(runs)],
         self_transfer=self_transfer(runs),
+        unverified=run_marks(runs),
     )
+
+
+def run_marks(runs: Sequence[RunFolder]) -> Marks:
+    """The (model, gradient mode) pairs of any run whose cells are no measure of robustness
+    (:func:`~robustbench_wave.analysis.verdict.unverified_cells`: failed gradient checks, or a lost gradient
+    not escalated)."""
+    return {k: v for r in runs for k, v in unverified_cells(r.meta, r.diagnostics).items()}
+
+
+def table_marks(run: RunFolder) -> Marks | None:
+    """The marks of one run's tables (:func:`~robustbench_wave.reporting.tables.write_tables`): those of its
+    checklist once it ran, else only a lost gradient not escalated (None without any: the tables as before)."""
+    return run_marks([run]) if run.diagnostics else unverified_cells(run.meta, []) or None
+
+
+def run_baseline(runs: Sequence[RunFolder]) -> str | None:
+    """The baseline the attack command was given (``--baseline``: config.json's ``baseline``, as a record
+    name), when every run names the same one and it has records in each."""
+    names = {((r.meta.get("run") or {}).get("config") or {}).get("baseline") for r in runs}
+    if len(names) != 1 or None in names:
+        return None
+    name = str(names.pop())
+    return name if all(name in set(r.records["model"]) for r in runs) else None
 
 
 def self_transfer(runs: Sequence[RunFolder]) -> set[str]:
@@ -207,10 +234,12 @@ def comparison_markdown(runs: Sequence[RunFolder]) -> str:
     mean ± sd over runs (several training seeds)."""
     summaries = [summarize(r.records) for r in runs]
     if len(runs) == 1:
-        table = formatted_table(summaries[0])
+        marks = table_marks(runs[0])
+        table = formatted_table(with_marks(summaries[0], marks) if marks else summaries[0])
         note = (
             "cells: robust accuracy % ± half-width of the 95% Wilson interval; `worst-case` = per-example AND"
         )
+        note += f"; {MARK_LEGEND}" if marks else ""
     else:
         table = formatted_table(seed_summary(summaries))
         note = f"cells: mean ± sd of robust accuracy % over {len(runs)} runs (training seeds)"

@@ -17,12 +17,21 @@ model, corruption and severity, severity 0 = clean, with Wilson intervals), ``co
 row per model: clean accuracy, accuracy per corruption averaged over severities 1-5, mean corruption
 accuracy, mCE and relative mCE against the baseline model) and ``corruptions.tex``; ``table.txt`` ends with
 that summary.
+
+Marks: after the gradient-masking checklist (:func:`write_tables` with ``marks``, from
+:func:`robustbench_wave.analysis.verdict.unverified_cells`), every attack cell of a (model, gradient mode)
+that failed a gradient check -- or whose gradient the scan found lost or unhandled with no escalation run --
+carries :data:`MARK` (``†``; LaTeX a dagger), the worst-over-modes row when every mode of its model
+does, and a legend line (:data:`MARK_LEGEND`) follows the table (the LaTeX caption ends with it); in the CSVs
+the boolean column :data:`MARK_COLUMN` says the same per row. Such a cell is an upper bound from attacks
+that could not follow the gradient, not robustness. Without ``marks`` (before the checklist ran) the files
+are as they always were.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -33,6 +42,7 @@ from robustbench_wave.analysis.formatting import DASH, number, percent
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     WORST,
+    WORST_MODE,
     backend_agreement,
     corruption_accuracy,
     corruption_errors,
@@ -75,6 +85,35 @@ def format_eps(eps: float) -> str:
     return short
 
 
+#: The suffix of a marked cell, in text and LaTeX, and the CSVs' column saying which rows are marked.
+MARK, LATEX_MARK, MARK_COLUMN = "†", r"$^\dagger$", "gradient_check_failed"
+MARK_LEGEND = (
+    "† this model and gradient mode failed a gradient check (diagnostics.csv), or its gradient is lost and no "
+    "escalation ran: an upper bound from attacks that could not follow the gradient, not robustness"
+)
+
+
+def with_marks(summary: pd.DataFrame, marks: Mapping[tuple[str, str], str]) -> pd.DataFrame:
+    """``summary`` with the boolean :data:`MARK_COLUMN`: the row's (model, grad_mode) is in ``marks`` (the
+    ``worst`` row: every mode of its model is) and it is no clean row."""
+    modes = summary[summary["grad_mode"] != WORST_MODE].groupby("model", sort=False)["grad_mode"].agg(set)
+
+    def marked(model: str, mode: str) -> bool:
+        if mode == WORST_MODE:
+            return all((model, m) in marks for m in modes.get(model, ()))
+        return (model, mode) in marks
+
+    flags = [
+        t != CLEAN_THREAT and marked(str(m), str(g))
+        for m, g, t in zip(summary["model"], summary["grad_mode"], summary["threat"])
+    ]
+    return summary.assign(**{MARK_COLUMN: pd.Series(flags, index=summary.index, dtype=bool)})
+
+
+def _marked(summary: pd.DataFrame) -> bool:
+    return MARK_COLUMN in summary.columns and bool(summary[MARK_COLUMN].any())
+
+
 def seed_summary(summaries: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Several runs (training seeds) in the layout of :func:`metrics.summarize`: ``robust_accuracy`` is the mean,
     ``sd`` the standard deviation over runs (NaN for one run), ``runs`` their count, and ``ci_low``/``ci_high``
@@ -103,8 +142,13 @@ def _ordered_pivot(summary: pd.DataFrame, values: str | pd.Series) -> pd.DataFra
 
 
 def comparison_table(summary: pd.DataFrame, value: str = "robust_accuracy") -> pd.DataFrame:
-    """Wide numeric table: rows (model, grad_mode), columns (threat, attack, eps)."""
-    return _ordered_pivot(summary, value)
+    """Wide numeric table: rows (model, grad_mode), columns (threat, attack, eps); with :data:`MARK_COLUMN`
+    in ``summary``, a last column of that name (True: the row's attack cells are marked)."""
+    wide = _ordered_pivot(summary, value)
+    if MARK_COLUMN in summary.columns:
+        rows = summary.groupby(ROW_KEYS, sort=False)[MARK_COLUMN].any()
+        wide[(MARK_COLUMN, "", "")] = [bool(rows.get(key, False)) for key in wide.index]
+    return wide
 
 
 def _width(summary: pd.DataFrame) -> pd.Series:
@@ -119,14 +163,17 @@ def _cell(value: float, width: float, pm: str) -> str:
     return number(value, width / 2, scale=100.0, pm=pm, missing=DASH)
 
 
-def formatted_table(summary: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
+def formatted_table(summary: pd.DataFrame, pm: str = " ± ", mark: str = MARK) -> pd.DataFrame:
     """Wide table of strings 'acc ± half-width' in percent (a :func:`metrics.summarize` or
-    :func:`seed_summary`)."""
+    :func:`seed_summary`); a cell of a row :data:`MARK_COLUMN` marks ends with ``mark``."""
     acc = _ordered_pivot(summary, "robust_accuracy")
     width = _ordered_pivot(summary, _width(summary))
+    flags = _ordered_pivot(summary, summary[MARK_COLUMN].astype(object)) if _marked(summary) else None
     out = acc.copy().astype(object)
     for c in acc.columns:
         out[c] = [_cell(a, w, pm) for a, w in zip(acc[c], width[c])]
+        if flags is not None:
+            out[c] = [f"{v}{mark}" if f is True else v for v, f in zip(out[c], flags[c])]
     out.columns = pd.MultiIndex.from_tuples(
         [(t, a, format_eps(e)) for t, a, e in acc.columns], names=COL_KEYS
     )
@@ -168,6 +215,8 @@ def render_terminal(summary: pd.DataFrame, title: str = "") -> str:
     lines.append(
         "cells: robust accuracy % ± half-width of the 95% Wilson interval over all evaluated examples"
     )
+    if _marked(summary):
+        lines.append(MARK_LEGEND)
     return "\n".join(lines) + "\n"
 
 
@@ -194,8 +243,13 @@ def _latex_escape(text: str) -> str:
 
 
 def to_latex(summary: pd.DataFrame, caption: str = "", label: str = "tab:robustness") -> str:
-    """booktabs LaTeX via pandas' Styler: rows model x mode, columns threat / attack / eps."""
-    table = formatted_table(summary, pm=r" $\pm$ ")
+    """booktabs LaTeX via pandas' Styler: rows model x mode, columns threat / attack / eps (marked cells end
+    with :data:`LATEX_MARK`, and the caption with the legend)."""
+    table = formatted_table(summary, pm=r" $\pm$ ", mark=LATEX_MARK)
+    cap = _latex_escape(caption) if caption else None
+    if _marked(summary):  # the legend, its dagger in math mode
+        legend = f"{LATEX_MARK} {_latex_escape(MARK_LEGEND.removeprefix(MARK).strip())}"
+        cap = f"{cap}. {legend}" if cap else legend
     table.index = pd.MultiIndex.from_tuples(
         [(_latex_escape(m), _latex_escape(g)) for m, g in table.index], names=["model", "grad mode"]
     )
@@ -208,7 +262,7 @@ def to_latex(summary: pd.DataFrame, caption: str = "", label: str = "tab:robustn
         hrules=True,
         multicol_align="c",
         multirow_align="t",
-        caption=_latex_escape(caption) if caption else None,
+        caption=cap,
         label=label,
         position_float="centering",
     )
@@ -320,13 +374,18 @@ def write_tables(
     *,
     meta: dict[str, Any] | None = None,
     baseline: str | None = None,
+    marks: Mapping[tuple[str, str], str] | None = None,
 ) -> dict[str, Path]:
-    """Write summary.csv, table.csv, table.tex, table_worst.tex, table.txt (and, when the records hold a
+    """Write summary.csv, table.csv, table.tex, table_worst.tex, table.txt (with ``marks``, the checklist's
+    (model, gradient mode) pairs that are no measure of robustness: marked cells, :data:`MARK_COLUMN` and
+    the legend; without, as before the checklist) (and, when the records hold a
     cross-check, crosscheck.csv: each back-end's robust accuracy on the same points, and what each found;
     when they hold common corruptions, corruptions.csv, corruptions_summary.csv and corruptions.tex with
     CEs relative to ``baseline``, default the ``patch`` model, else the first)."""
     out_dir = Path(out_dir)
     summary = summarize(records)
+    if marks is not None:
+        summary = with_marks(summary, marks)
     title = table_title(records, meta)
     worst = to_latex(
         worst_case_summary(summary), caption=f"{title}; worst case", label="tab:robustness-worst"
@@ -348,6 +407,9 @@ def write_tables(
 
 
 __all__ = [
+    "MARK",
+    "MARK_COLUMN",
+    "MARK_LEGEND",
     "TABLE_FILES",
     "by_column",
     "comparison_table",
@@ -361,6 +423,7 @@ __all__ = [
     "seed_summary",
     "table_title",
     "to_latex",
+    "with_marks",
     "worst_case_summary",
     "write_tables",
 ]

@@ -35,6 +35,7 @@ from robustbench_wave.analysis.verdict import (
     SMALL,
     SMALL_DIFFERENCE,
     UNDECIDED,
+    UNVERIFIED,
     CandidateJudgement,
     EnergyContrast,
     GridNumbers,
@@ -263,6 +264,8 @@ def _sentence(
             + _paired_clause(cat)
         )
     category = cat["category"]
+    if category == UNVERIFIED:
+        return _unverified_sentence(cand, cat, sp, where)
     if category in (MASKING, MASKING_BUT_ROBUST):
         return _masking_sentence(cand, cat, sp, where, base_txt)
     note = _masking_note(cat, gap_tol)
@@ -314,6 +317,20 @@ def _where(group: Sequence[float], first: bool, last: bool) -> str:
     if last:
         return f"ε ≥ {group[0]:.4g}"
     return f"ε = {group[0]:.4g}–{group[-1]:.4g}"
+
+
+def _unverified_sentence(
+    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str
+) -> str:
+    """A candidate whose every gradient mode is marked: its number is stated as what it is, an upper bound
+    from attacks that could not use the gradient, never as robustness."""
+    why = "; ".join(f"{mode}: {reason}" for mode, reason in cat["unverified_modes"].items())
+    return (
+        f"**{cand['model']}** is unverified at {where}: its gradient failed in every mode it was attacked "
+        f"under ({why}). The {percent(cand['worst_case'], sp.get('worst_case'))} of points its attacks left "
+        f"unbroken ({_under(cand, sp, cat)}; clean {percent(cand['clean'], sp.get('clean'))}) is an upper "
+        "bound from attacks that could not follow the gradient, not a robust accuracy."
+    )
 
 
 def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
@@ -388,6 +405,14 @@ def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> str
 
 
 def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+    unverified = [k for k, c in categories.items() if c == UNVERIFIED]
+    if unverified:
+        rest = {k: c for k, c in categories.items() if c != UNVERIFIED}
+        text = (
+            f"unverified for {', '.join(unverified)}: the gradient failed in every mode it was attacked under, "
+            "so its numbers are upper bounds, not robustness."
+        )
+        return text + (f" Otherwise: {_headline(rest, details)}" if rest else "")
     cats = set(categories.values())
     if not cats:
         return "no candidate with a fixed front-end and a comparable budget was evaluated."

@@ -153,7 +153,7 @@ def test_the_attack_commands_are_a_users_commands(tmp_path: Path) -> None:
         == run_name("jpeg", NAIVE, options)
         == "jpeg-naive_headline_n8_seed0"
     )
-    assert naive[-4:] == ["--grad-modes", "exact", "--eot", "off"]
+    assert naive[-6:] == ["--grad-modes", "exact", "--eot", "off", "--escalation", "off"]
     assert "--surrogate-weights" in naive
     thermometer = attack_command(GALLERY["thermometer"], ADAPTIVE, options)
     assert thermometer[thermometer.index("--weights") + 1].endswith("thermometer/model.safetensors")
