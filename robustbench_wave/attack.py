@@ -296,7 +296,7 @@ def _settings(args: argparse.Namespace) -> attackrun.RunSettings:
     except ValueError as err:
         raise SystemExit(str(err)) from None
     named = {name: getattr(args, name) for name in SETTINGS_FLAGS} | {"grad_modes": modes}
-    return attackrun.RunSettings(models=args.model, external=external, **named)
+    return attackrun.baseline_reference(attackrun.RunSettings(models=args.model, external=external, **named))
 
 
 def _options(args: argparse.Namespace) -> attackrun.RunOptions:

@@ -8,6 +8,7 @@ from (the attack command turns it into its exit message).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -265,6 +266,15 @@ def check_names(settings: RunSettings, out: Path, run_name: str | None) -> None:
             f"--baseline {settings.baseline} is not a --model of this run; give one of {settings.models} "
             "(the baseline is attacked like every model, and is the transfer surrogate of --surrogate auto)"
         )
+
+
+def baseline_reference(settings: RunSettings) -> RunSettings:
+    """``--baseline`` may name a model by its record name (``--name``, ``ext-FACTORY-<hash>``) as well as by
+    its ``--model`` reference: the settings keep the reference."""
+    by_key = {settings.key(m): m for m in settings.models}
+    if settings.baseline is None or settings.baseline in settings.models or settings.baseline not in by_key:
+        return settings
+    return dataclasses.replace(settings, baseline=by_key[settings.baseline])
 
 
 def _name_of(flag: str, reference: str, settings: RunSettings) -> str:

@@ -11,8 +11,8 @@ write a function returning its Markdown and list it in :func:`render_report`.
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +30,7 @@ from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.models.frontend import GradMode
+from robustbench_wave.reporting.model_section import external_models, has_wavelet_model, models_markdown
 from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures
 from robustbench_wave.reporting.runs import (
     VERDICT_JSON,
@@ -85,35 +86,52 @@ def write_report(
     v = run_verdict(loaded, num_classes=k, baseline=baseline)
     atomic_write_json(path.parent / VERDICT_JSON, v.to_dict())
     figure_paths = run_figures(loaded, path.parent, chance=1.0 / k) if figures else {}
-    text = render_report(loaded, v, figures_markdown(figure_paths, path.parent), baseline=baseline)
+    text = render_report(
+        loaded, v, figures_markdown(figure_paths, path.parent), baseline=baseline, report_dir=path.parent
+    )
     atomic_write_text(path, text)
     log.info("report written to %s", path)
     return path
 
 
-def render_report(runs: Sequence[RunFolder], v: Verdict, figures: str, *, baseline: str | None = None) -> str:
-    """The whole report: a title, then one ``##`` section per part (common corruptions only when the records
-    hold them; their CEs relative to ``baseline``, default the ``patch`` model, else the first)."""
+def render_report(
+    runs: Sequence[RunFolder],
+    v: Verdict,
+    figures: str,
+    *,
+    baseline: str | None = None,
+    report_dir: Path | None = None,
+) -> str:
+    """The whole report: a title, then one ``##`` section per part. Models from outside the zoo come first
+    (:mod:`.model_section`: what the user brought, on the first screen); the source paper's wavelet claim is
+    worded only when a wavelet model is in the run; common corruptions only when the records hold them (their
+    CEs relative to ``baseline``, default the ``patch`` model, else the first). ``report_dir``: where the
+    report goes, so links to each run's meta.json resolve."""
     models = list(dict.fromkeys(m for r in runs for m in r.records["model"].unique()))
     first = runs[0]
     dataset = str((first.meta.get("dataset") or {}).get("name") or first.records["dataset"].iloc[0])
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    external = external_models(runs)
+    wavelet = has_wavelet_model(runs)
     sections = {
-        "Verdict on the claim": verdict_markdown(v),
+        ("Your model" if len(external) == 1 else "Your models"): models_markdown(
+            runs, v.text, baseline or run_baseline(runs), run_marks(runs)
+        ),
+        ("Verdict on the claim" if wavelet else "Verdict"): verdict_markdown(v, wavelet_claim=wavelet),
         "Robust accuracy": comparison_markdown(runs),
         CORRUPTIONS_TITLE: corruptions_markdown(runs, baseline),
         "Diagnostics (is the evaluation trustworthy?)": diagnostics_markdown(runs),
         "Adaptive attacks": adaptive_markdown(runs),
         "Figures": figures,
-        "Set-up and provenance": provenance_markdown(runs),
+        "Set-up and provenance": provenance_markdown(runs, report_dir),
         "Reproduce": commands_markdown(runs),
     }
     parts = [
         f"# Robustness report: {', '.join(models)} on {dataset}",
         f"_robustbench_wave {__version__}, written {now}; {len(runs)} run folder(s)._",
     ]
-    if not sections[CORRUPTIONS_TITLE]:
-        del sections[CORRUPTIONS_TITLE]
+    optional = (CORRUPTIONS_TITLE, "Your model", "Your models")  # sections left out when they have nothing
+    sections = {title: body for title, body in sections.items() if body or title not in optional}
     parts += [f"## {title}\n\n{body.rstrip()}" for title, body in sections.items()]
     return "\n\n".join(parts) + "\n"
 
@@ -177,14 +195,23 @@ def diagnostics_failures(runs: Sequence[RunFolder]) -> dict[str, dict[str, list[
     return out
 
 
-def verdict_markdown(v: Verdict) -> str:
-    """The claim under test, the verdict's text and its numbers."""
-    claim = (
-        "Claim under test (Zhu & Soricut 2024): the wavelet tokenizer makes ViTs *naturally resistant to "
-        "adversarial attacks*. The fixed DWT passes input gradients through unchanged; only the "
-        "sparsification mask is non-smooth, so robustness that appears only with blocked gradients is "
-        "gradient masking (Athalye et al. 2018)."
-    )
+WAVELET_CLAIM = (
+    "Claim under test (Zhu & Soricut 2024): the wavelet tokenizer makes ViTs *naturally resistant to "
+    "adversarial attacks*. The fixed DWT passes input gradients through unchanged; only the "
+    "sparsification mask is non-smooth, so robustness that appears only with blocked gradients is "
+    "gradient masking (Athalye et al. 2018)."
+)
+DEFENCE_CLAIM = (
+    "Claim under test: each candidate is more robust than the baseline (the undefended model, or the models "
+    "without gradient modes) under attacks that adapt to it -- BPDA through operations that cut the "
+    "gradient, EOT over its randomness, gradient-free and transfer attacks (Athalye, Carlini & Wagner 2018)."
+)
+
+
+def verdict_markdown(v: Verdict, *, wavelet_claim: bool = True) -> str:
+    """The claim under test (the source paper's when a wavelet model is in the run), the verdict's text and
+    its numbers."""
+    claim = WAVELET_CLAIM if wavelet_claim else DEFENCE_CLAIM
     table = _verdict_numbers(v.numbers)
     parts = [claim, v.text, markdown_table(table)]
     if table.map(lambda c: isinstance(c, str) and (CUMULATIVE_MARK in c or RESTART_MARK in c)).any().any():
@@ -455,12 +482,19 @@ def figures_markdown(paths: Mapping[str, Sequence[Path]], out_dir: Path) -> str:
     return "\n\n".join(blocks) if blocks else "_no figures._"
 
 
-def provenance_markdown(runs: Sequence[RunFolder]) -> str:
-    """Per run: data, suite, settings, models, code and platform, the attacks' hyper-parameters, meta.json."""
+def provenance_markdown(runs: Sequence[RunFolder], report_dir: Path | None = None) -> str:
+    """Per run: data, suite, settings, models, code and platform, the attacks' hyper-parameters, and a link
+    to its meta.json (every seed, version and setting; linked, not pasted: it runs to a thousand lines)."""
     blocks = []
     for run in runs:
-        blocks += [_run_summary(run), _attacks_details(run.meta), _details("meta.json", _meta_json(run.meta))]
+        blocks += [_run_summary(run), _attacks_details(run.meta), _meta_link(run, report_dir)]
     return "\n\n".join(b for b in blocks if b)
+
+
+def _meta_link(run: RunFolder, report_dir: Path | None) -> str:
+    path = run.path / "meta.json"
+    shown = Path(os.path.relpath(path, report_dir) if report_dir is not None else path).as_posix()
+    return f"Everything recorded about the run (seeds, library versions, git revision, every setting): [meta.json]({shown})."
 
 
 def _run_summary(run: RunFolder) -> str:
@@ -541,10 +575,6 @@ def _attacks_details(meta: Mapping[str, Any]) -> str:
         for name, a in attacks.items()
     ]
     return _details("attacks and hyper-parameters", markdown_table(pd.DataFrame(rows))) if rows else ""
-
-
-def _meta_json(meta: Mapping[str, Any]) -> str:
-    return "```json\n" + json.dumps(meta, indent=1, sort_keys=True, default=str)[:20000] + "\n```"
 
 
 def _details(summary: str, body: str) -> str:
