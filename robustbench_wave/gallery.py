@@ -132,7 +132,17 @@ def get_args_parser() -> Parser:
     )
     train.add_argument("--train-seed", type=non_negative_int, default=0, help="training seed")
     train.add_argument("--train-subset", type=count_or_all, default=None, help="train on N images ('all')")
-    train.add_argument("--test-subset", type=count_or_all, default=None, help="test on N images ('all')")
+    p.add_alias(
+        "--test-subset",
+        train.add_argument(
+            "--train-n-examples",
+            dest="test_subset",
+            type=count_or_all,
+            default=None,
+            help="the CNNs' test accuracy on the first N test images ('all', the default): the train "
+            "command's --n-examples (this command's --n-examples is the attacked images)",
+        ),
+    )
     p.add_alias(
         "--fresh",
         train.add_argument(

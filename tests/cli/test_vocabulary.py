@@ -22,6 +22,7 @@ ALIASES = [
     (attack, ["--model", "patch", "--cross-check"], ["--model", "patch", "--cross-check", "all"]),
     (gallery, ["all", "--out", "g"], ["all", "--results-dir", "g"]),
     (gallery, ["all", "--fresh"], ["all", "--overwrite"]),
+    (gallery, ["all", "--test-subset", "32"], ["all", "--train-n-examples", "32"]),
 ]
 
 

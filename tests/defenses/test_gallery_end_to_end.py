@@ -15,7 +15,7 @@ from robustbench_wave.defenses import PROTOCOLS
 
 ATTACK_ARGS = "--attacks clean,fgsm,pgd_linf --n-diagnostics 8 --diagnostics-steps 2 --cross-check off"
 SMALL = [
-    "--dataset", "synthetic", "--epochs", "1", "--train-subset", "300", "--test-subset", "50",
+    "--dataset", "synthetic", "--epochs", "1", "--train-subset", "300", "--train-n-examples", "50",
     "--n-examples", "8", "--suite", "smoke", "--defence", "cnn", "--defence", "bit_depth",
     "--surrogate", "none", "--attack-args", ATTACK_ARGS, "--no-progress",
 ]  # fmt: skip
