@@ -18,7 +18,8 @@ in ``bpda`` mode:
 * a return is linked to the oldest pending departure of the same shape, up to dimensions of size one (a
   grey image leaves as (H, W, 1) through ``to_pil_image`` and comes back as (H, W) through ``to_tensor``),
   whose values it follows: the returned values ``r`` fit ``s d`` of the departed ones ``d`` to a relative
-  residual ``|r - s d| / |r|`` of at most :data:`FIT_TOLERANCE`. A per-image loop pairs each image with its
+  residual ``|r - s d| / |r|`` of at most :data:`FIT_TOLERANCE`, their deviations from the mean correlated
+  by at least :data:`MIN_CORRELATION` (``1 - x`` of mid-grey images is close through the origin, not so). A per-image loop pairs each image with its
   own return, in whatever order they come back. The return's values stay what the round trip gave; its
   backward is the departed stand-in's times ``s``, the change of units: the least-squares slope of ``r`` on
   ``d``, snapped to 1, 255 or 1/255 when within 20 % of one (``to_pil_image`` turns [0, 1] floats into
@@ -44,6 +45,11 @@ UNIT_TOLERANCE = 0.2
 #: round trip. JPEG through PIL on 200 Fashion-MNIST test images: median 0.10, max 0.36 at quality 40, max 0.60
 #: at quality 10; a 1-bit ``round(x)`` of uniform pixels: 0.41; ``1 - x`` of uniform pixels: 0.87.
 FIT_TOLERANCE = 0.8
+#: The least correlation of the returned values' deviations from their mean with the departed ones': the
+#: residual alone is measured through the origin, so on mid-grey images ``1 - x`` (whose deviations are the
+#: departed ones' negated) would pass it, and the identity would flip the gradient's sign. PIL JPEG at
+#: quality 40 of uniform noise: 0.95 gray, 0.46 RGB (4:2:0 chroma subsampling); ``1 - x``: -1.
+MIN_CORRELATION = 0.25
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,15 @@ def misfit(departed: torch.Tensor, returned: torch.Tensor, scale: float) -> floa
     return residual / norm if norm > 0 else (0.0 if residual == 0 else float("inf"))
 
 
+def correlation(departed: torch.Tensor, returned: torch.Tensor) -> float:
+    """Pearson correlation of the returned values with the departed ones (1 when either is constant: then
+    only the residual can tell)."""
+    d, r = _flat(departed), _flat(returned)
+    d, r = d - d.mean(), r - r.mean()
+    norms = float(d.norm() * r.norm())
+    return float(d @ r) / norms if norms > 0 else 1.0
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.detach().double().flatten().cpu()
 
@@ -116,7 +131,8 @@ class RoundTrips:
         """The candidates ``t``'s values follow, in order, each with its change of units."""
         for departure in candidates:
             scale = change_of_units(departure.stand_in, t)
-            if misfit(departure.stand_in, t, scale) <= FIT_TOLERANCE:
+            close = misfit(departure.stand_in, t, scale) <= FIT_TOLERANCE
+            if close and correlation(departure.stand_in, t) >= MIN_CORRELATION:
                 yield departure, scale
 
     def seen(self, tensors: Iterable[torch.Tensor]) -> None:

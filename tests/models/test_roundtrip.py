@@ -17,6 +17,7 @@ from robustbench_wave.attacks import parse_suite
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation import EvalSettings, evaluate, metrics
 from robustbench_wave.models import autobpda as ab
+from robustbench_wave.models import roundtrip as rt
 from robustbench_wave.models.frontend import GradMode, grad_mode
 from robustbench_wave.models.roundtrip import RoundTrip, change_of_units, misfit
 from tests.support import external_models as ext
@@ -133,6 +134,16 @@ def test_values_that_do_not_follow_the_departed_ones_are_not_linked() -> None:
     assert (ab.ENTERS_TORCH, FROM_NUMPY.format("conv2d"), ab.UNHANDLED) in {
         (f.kind, f.op, f.rule) for f in path.findings
     }
+    assert path.round_trips == () and not path.reaches_input
+
+
+def test_inverted_mid_grey_images_are_not_linked() -> None:
+    """On images near 0.5, ``1 - x`` is close to ``x`` through the origin (relative residual ~0.1): only
+    the correlation of the deviations (-1) tells that the identity would flip the gradient's sign."""
+    x = 0.5 + 0.05 * _images(1)[0]
+    assert rt.misfit(x, 1 - x, rt.change_of_units(x, 1 - x)) < rt.FIT_TOLERANCE  # the trap
+    assert rt.correlation(x, 1 - x) < -0.99
+    path = ab.scan(nn.Sequential(Inverted(), _cnn(1)).eval(), x)
     assert path.round_trips == () and not path.reaches_input
 
 
