@@ -208,7 +208,10 @@ def test_fashion_mnist_missing_says_how_to_get_it(fake_fashion):
     assert "apt-get install dataset-fashion-mnist" in msg and "RBW_DATA_DIR" in msg and "download" in msg
 
 
-@pytest.mark.skipif(not FASHION_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not all((FASHION_DIR / f.filename).is_file() for f in fashion_mnist.FILES.values()),
+    reason="Debian package dataset-fashion-mnist not installed",
+)
 def test_fashion_mnist_real(tmp_path):
     train_x, train_y, info = data.load_split("fashion-mnist", "train", root=tmp_path, download=False)
     test_x, test_y, test_info = data.load_split("fashion-mnist", "test", root=tmp_path, download=False)
