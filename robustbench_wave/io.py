@@ -1,7 +1,9 @@
 """Atomic file writes and small provenance helpers shared by training, attacks and reports.
 
-Every result file is written to a temporary sibling and renamed into place, so a killed run never leaves a
-half-written table, checkpoint or record file behind (the old file, if any, survives intact).
+Every result file is written to a temporary sibling, flushed to disk (fsync) and renamed into place, so a killed
+run never leaves a half-written table, checkpoint or record file behind (the old file, if any, survives intact),
+and neither does a power cut: without the fsync the rename can reach the disk before the data, leaving an
+empty file under the final name.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ TRACKED_LIBRARIES = (
 
 
 def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp_path)`` and rename the result to ``path`` (same directory, so the rename is atomic)."""
+    """Call ``writer(tmp_path)`` and rename the result to ``path`` (same directory, so the rename is atomic).
+
+    The data are fsynced before the rename and the folder after it, so that after a crash ``path`` holds either
+    the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -41,11 +46,36 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Pat
     try:
         writer(tmp_path)
         os.chmod(tmp_path, file_mode())  # mkstemp makes 0600; results are meant to be shared
+        _fsync(tmp_path)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+    _fsync_folder(path.parent)
     return path
+
+
+def _fsync(path: Path) -> None:
+    """Flush a written file's data to disk (the writer may have closed it without)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder; the data themselves are on disk
+        pass
+    finally:
+        os.close(fd)
 
 
 def file_mode() -> int:

@@ -52,7 +52,7 @@ def _all_at_once(last: int, broke: bool, targets_left: int, points: int) -> int:
     return max(1, min(targets_left, fab.ROWS // points))
 
 
-def _sequential(norm: str, monkeypatch) -> type:
+def _sequential(norm: str) -> type:
     """The sequential loop the side-by-side one must reproduce at ``norm``."""
     import torchattacks
 
@@ -62,11 +62,26 @@ def _sequential(norm: str, monkeypatch) -> type:
 
     class Sequential(cls):  # type: ignore[misc, valid-type]
         def perturb(self, x_in, y_in, best_loss=False, cheap=True):
-            with monkeypatch.context() as m:
+            with pytest.MonkeyPatch.context() as m:
                 m.setattr(apgdt, "batchable", lambda atk, x: False)
                 return super().perturb(x_in, y_in, best_loss=best_loss, cheap=cheap)
 
     return Sequential
+
+
+_REFERENCES: dict[tuple[str, str, float], torch.Tensor] = {}
+
+
+def _reference(case: str, norm: str, eps: float) -> torch.Tensor:
+    """The sequential loop's points for a case. They do not depend on the grouping under test (the sequential
+    loop reads neither ``fab.ROWS`` nor the schedule), so each is computed once per process, before a test
+    patches those, and shared by the six groupings of its case."""
+    key = (case, norm, eps)
+    if key not in _REFERENCES:
+        model, x, y, classes = _case(case)
+        with attack_mode(model):
+            _REFERENCES[key] = _attack(_sequential(norm), GradSafe(model), x, y, norm, eps, classes)
+    return _REFERENCES[key]
 
 
 @pytest.mark.slow
@@ -86,8 +101,8 @@ def test_side_by_side_targets_return_the_sequential_points(
 ) -> None:
     """Every grouping of the targets gives the sequential loop's points: the shipped schedule, and every
     target in one group (where groups are cut short at a break and the random stream rewound)."""
+    reference = _reference(case, norm, eps)
     model, x, y, classes = _case(case)
-    reference_cls = _sequential(norm, monkeypatch)
     monkeypatch.setattr(fab, "ROWS", rows)
     if schedule == "all at once":
         monkeypatch.setattr(apgdt, "group_size", _all_at_once)
@@ -105,7 +120,6 @@ def test_side_by_side_targets_return_the_sequential_points(
         wrapped = GradSafe(model)
         ours = _attack(_apgdt_class(), wrapped, x, y, norm, eps, classes)
         assert cut  # the side-by-side loop ran
-        reference = _attack(reference_cls, wrapped, x, y, norm, eps, classes)
         with torch.no_grad():
             broken = int((model(ours).argmax(1) != y).sum())
     assert 0 < broken < len(x)

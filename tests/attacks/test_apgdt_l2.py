@@ -61,9 +61,10 @@ def test_l2_apgd_t_returns_the_authors_points() -> None:
     autopgd = pytest.importorskip("pyautoattack.autopgd_base")
     from robustbench_wave.data import dataset_info
     from tests.support.byom_models import fit_data, stand_in_zoo
+    from tests.support.datasets import GRAY
 
-    data = fit_data("fashion-mnist", 32)
-    model, _ = stand_in_zoo("wavelet", dataset_info("fashion-mnist"), data)
+    data = fit_data(GRAY, 32)
+    model, _ = stand_in_zoo("wavelet", dataset_info(GRAY), data)
     x, y = data[0][-32:], data[1][-32:]
     eps, steps = 0.125, 30
     with attack_mode(model):

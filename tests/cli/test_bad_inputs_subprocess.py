@@ -21,7 +21,6 @@ from tests.cli.test_bad_inputs import CASES, TRAIN_BASE, Case, Shared, check_cas
 from tests.support import REPO
 from tests.support.bad_inputs import failures, run_subprocess, unchanged
 from tests.support.saved_runs import saved_run
-from tests.support.training import SMALL
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -40,7 +39,8 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(
 
 
 def test_train_out_under_a_read_only_folder() -> None:
-    """``--out`` below a folder the user may not write to (as root: the command runs as ``nobody``)."""
+    """``--out`` below a folder the user may not write to (as root: the command runs as ``nobody``): one line
+    that names the folder and says it is not writable, nothing written."""
     prefix: list[str] = []
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
@@ -60,37 +60,12 @@ def test_train_out_under_a_read_only_folder() -> None:
         argv = command_flags({**TRAIN_BASE, "--results-dir": str(out)}, {})
         with unchanged(root) as changes:
             outcome = run_subprocess("train", argv, root, {"HOME": str(root)}, prefix=prefix)
-        problems = failures(outcome, ["--results-dir", str(read_only)]) + changes
+        problems = failures(outcome, ["--results-dir", str(read_only), "not writable"]) + changes
         assert not problems, f"train {' '.join(argv)}\n" + "\n".join(problems) + "\n" + outcome.describe()
     finally:
         if read_only.exists():
             read_only.chmod(0o755)
         shutil.rmtree(root)
-
-
-def test_train_into_an_unwritable_out_is_refused_in_one_line():
-    """Run as an unprivileged user (root ignores permissions): --out in a folder only root may write."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run the command as another user")
-    parent = Path(tempfile.mkdtemp(prefix="rbw-readonly-"))
-    try:
-        os.chmod(parent, 0o755)  # readable by everyone, writable by root only
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-                   "robustbench_wave.train", *SMALL, "--model", "patch", "--results-dir", str(parent / "out")]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(parent), "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run(command, cwd="/", env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode != 0
-        assert (
-            "--results-dir" in proc.stderr
-            and "not writable" in proc.stderr
-            and "Traceback" not in proc.stderr
-        )
-        assert list(parent.iterdir()) == []
-    finally:
-        os.chmod(parent, 0o700)
-        for child in parent.iterdir():
-            child.unlink()
-        parent.rmdir()
 
 
 def test_report_into_an_unwritable_out_is_one_line_without_traceback() -> None:

@@ -1,7 +1,13 @@
-"""Every shipped suite on every kind of model the attack command takes (issue 21, item 1): a zoo model, a
-``timm:`` architecture and a factory CNN, each through ``attack.main`` end to end on a few Fashion-MNIST
-images, diagnostics and report.md included. Each run exits 0, and every suite entry either has records for the
-model or is named in meta.json and report.md with the reason it did not run as written.
+"""Every shipped suite and every kind of model the attack command takes (issue 21, item 1), each through
+``attack.main`` end to end on a few images of the synthetic gray data set (Fashion-MNIST's shape: any machine
+has it), diagnostics and report.md included: every suite on a zoo model, and the smoke suite on a ``timm:``
+architecture and a factory CNN too. Each run exits 0, and every suite entry either has records for the model
+or is named in meta.json and report.md with the reason it did not run as written.
+
+Not the full product of suites and kinds (issue 31): the suites differ in their entries' budgets and
+parameters, the kinds in how the command loads, wraps and plans a model, and the smoke suite holds every
+attack family of every suite (checked below), so each family meets each kind. The zoo model takes every suite
+because the suites are written for it (its tokenizer's band for low-frequency PGD, its gradient modes).
 
 The models (:mod:`tests.support.byom_models`) have least-squares heads that classify the attacked images and
 break at small budgets, so the suites run as shipped (no ``--attacks`` subset) in a few seconds each; with
@@ -22,13 +28,15 @@ from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.records import read_run
 from tests.support import byom_models as byom
 
-DATASET = "fashion-mnist"
+DATASET = "synthetic"
 N = 8
 FAST = [
     "--dataset", DATASET, "--n-examples", str(N), "--no-progress", "--device", "cpu", "--batch-size", "8",
     "--n-diagnostics", "4", "--diagnostics-steps", "2", "--no-skip-broken",
 ]  # fmt: skip
 KINDS = ("zoo", "timm", "factory")
+EVERY_FAMILY = "smoke"  # the suite every kind of model takes
+CASES = [(suite, "zoo") for suite in list_suites()] + [(EVERY_FAMILY, k) for k in KINDS if k != "zoo"]
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +64,15 @@ def not_run_as_written(meta: dict[str, Any], model: str) -> dict[str, str]:
     return skipped | meta["models"][model].get("plan", {}).get("not_applicable", {})
 
 
+def test_the_smoke_suite_holds_every_family_of_every_suite() -> None:
+    """What lets every kind of model take the smoke suite alone: no suite has a family the smoke suite lacks."""
+    families = {e.family for suite in list_suites() for e in load_suite(suite).attacks}
+    assert families == {e.family for e in load_suite(EVERY_FAMILY).attacks}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("suite", list_suites())
-def test_every_suite_runs_on_every_kind_of_model(
+@pytest.mark.parametrize(("suite", "kind"), CASES)
+def test_every_suite_and_every_kind_of_model_run_end_to_end(
     suite: str, kind: str, weights: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     byom.serve_zoo(monkeypatch, DATASET, N)

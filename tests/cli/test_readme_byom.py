@@ -1,8 +1,9 @@
 """The README's bring-your-own-model commands run as written (issue 21): each command of the section's code
 block, read from README.md, through ``attack.main`` in a folder holding the files it names (the weights, the
 ``mypkg`` package, ``path/to/nets.py``), with a handful of images. Only what a test cannot have is replaced:
-CIFAR-10 (a download) by ``synthetic-rgb`` (also 10 classes of 3x32x32 images), and the trained zoo ``patch``
-by a stand-in; the default suite and the default ``--surrogate`` stay."""
+CIFAR-10 (a download) by ``synthetic-rgb`` (also 10 classes of 3x32x32 images), Fashion-MNIST (the default
+data set) by ``synthetic`` where it is not installed (:mod:`tests.support.datasets`), and the trained zoo
+``patch`` by a stand-in; the default suite and the default ``--surrogate`` stay."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from robustbench_wave import attack
 from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.records import read_run
 from tests.support import byom_models as byom
+from tests.support.datasets import FASHION_MNIST, GRAY
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "### Bring your own model"
 MODULE = "python -m robustbench_wave.attack"
-DATASETS = {"cifar10": "synthetic-rgb"}  # data a test cannot download -> the same shape at hand
+DATASETS = {"cifar10": "synthetic-rgb", FASHION_MNIST: GRAY}  # data a test cannot download -> same shape
 N = 8
 SMALL = [
     "--n-examples", str(N), "--no-progress", "--device", "cpu", "--n-diagnostics", "4", "--diagnostics-steps", "2",
@@ -75,7 +77,9 @@ def test_the_readme_bring_your_own_model_commands_run_as_written(
     commands = readme_commands()
     assert len(commands) == 3, commands  # one test per command: update range() when the README changes
     argv = [DATASETS.get(a, a) for a in commands[index]]
-    dataset = _flag(argv, "--dataset", "fashion-mnist")
+    if "--dataset" not in argv and GRAY != FASHION_MNIST:  # the default data set is not here: its stand-in
+        argv += ["--dataset", GRAY]
+    dataset = _flag(argv, "--dataset", FASHION_MNIST)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     byom.serve_zoo(monkeypatch, dataset, N)

@@ -21,7 +21,7 @@ from PIL import Image
 from robustbench_wave import data
 from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist, registry
 from robustbench_wave.runfolder import check_safe_name
-from tests.support import REPO
+from tests.support import REPO, datasets
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CIFAR10_JPEG_ZIP = REPO.parent / "shared" / "data" / "cifar10-jpeg.zip"
@@ -208,7 +208,25 @@ def test_fashion_mnist_missing_says_how_to_get_it(fake_fashion):
     assert "apt-get install dataset-fashion-mnist" in msg and "RBW_DATA_DIR" in msg and "download" in msg
 
 
-@pytest.mark.skipif(not FASHION_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not installed")
+def test_the_tests_take_the_stand_in_exactly_when_fashion_mnist_is_missing(fake_fashion, monkeypatch):
+    """tests/support/datasets.py: Fashion-MNIST counts as installed once its four files are in the data folder,
+    and deciding downloads nothing; the stand-in has its classes, channels and size."""
+    _, _, cache = fake_fashion
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(cache))
+    assert not datasets.fashion_mnist_installed()
+    assert not cache.exists()  # not downloaded to find out
+    for split in ("train", "test"):
+        data.load_split("fashion-mnist", split)  # the download into the data folder
+    assert datasets.fashion_mnist_installed()
+    real, stand_in = data.dataset_info("fashion-mnist"), data.dataset_info(datasets.GRAY_STAND_IN)
+    assert (stand_in.num_classes, stand_in.in_chans, stand_in.img_size) == (10, 1, 32)
+    assert (real.num_classes, real.in_chans, real.img_size) == (10, 1, 32)
+
+
+@pytest.mark.skipif(
+    not all((FASHION_DIR / f.filename).is_file() for f in fashion_mnist.FILES.values()),
+    reason="Debian package dataset-fashion-mnist not installed",
+)
 def test_fashion_mnist_real(tmp_path):
     train_x, train_y, info = data.load_split("fashion-mnist", "train", root=tmp_path, download=False)
     test_x, test_y, test_info = data.load_split("fashion-mnist", "test", root=tmp_path, download=False)
