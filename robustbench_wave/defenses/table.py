@@ -10,24 +10,20 @@ CNN's run unless given, with 95 % Wilson intervals:
   gradient-based evaluation that trusts the model reports;
 * ``naive`` -- the naive run's worst case over every attack (noise, gradient-free, transfer included);
 * ``adaptive`` -- the adaptive run's worst case over every attack and gradient mode (automatic BPDA / EOT);
-* ``within_undefended`` -- whether that adaptive worst case lies inside the undefended CNN's interval;
-* ``broken`` -- whether it is no more robust than the undefended CNN (inside its interval or below it): what
-  the terminal and LaTeX tables show, since a defence that falls below the undefended level is broken too;
+* ``within_undefended`` -- whether that adaptive worst case lies inside the undefended CNN's interval
+  (descriptive);
+* ``baseline`` / ``paired_*`` / ``broken`` -- the defence against the undefended CNN on the same images (both
+  runs attack the first N test images): the paired difference of the two per-example worst cases, its
+  Newcombe interval and exact McNemar p, and ``broken`` by the verdict's rule with its minimum effect
+  (:func:`judge_broken`): not broken only when the defence is more robust by at least that effect; the CNN's
+  own row is the reference (no baseline);
 * ``checks_naive`` / ``checks_adaptive`` -- the checklist's failed checks: of the naive run, and of the
   adaptive run's adaptive gradient mode (``bpda`` where the run has it, else every mode) with its
   model-wide checks ("" = none failed; NaN = the run has no diagnostics).
 
 A user's own defence (``own``: its record name -> its baseline's, the undefended twin attacked in the same
-runs) is judged against that baseline instead, and on the same images: ``baseline`` names it,
-``baseline_adaptive`` (with its interval) is the twin's adaptive worst case, ``paired_diff`` /
-``paired_low`` / ``paired_high`` / ``paired_p`` the paired comparison of the two per-example worst cases
-(Newcombe's interval, exact McNemar test: :func:`metrics.paired_comparison`), and ``broken`` is the
-verdict's rule (:mod:`robustbench_wave.analysis.verdict`): False when the defence is significantly more
-robust than its twin, True when significantly less or equivalent within ±``EQUIVALENCE_MARGIN`` (TOST), NaN
-when the test cannot decide ("inconclusive": attack more images) -- and NaN, "no baseline", for a defence
-given without one, since nothing then says what its undefended network would score. These columns appear
-only in a table with such a row (the gallery's own table keeps its columns; its rows get ``baseline`` =
-``cnn`` there).
+runs) is judged the same way against that baseline instead of the CNN; NaN, "no baseline", for a defence
+given without one, since nothing then says what its undefended network would score.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import DASH, interval, number, points
-from robustbench_wave.analysis.verdict import VerdictSettings
+from robustbench_wave.analysis.verdict import MORE, UNDECIDED, VerdictSettings, comparison_outcome, p_values
 from robustbench_wave.attacks import AttackKind, Threat
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, AttackOptions, run_dir
 from robustbench_wave.evaluation.metrics import (
@@ -78,9 +74,7 @@ OWN_LEGEND = (
     "a defence of yours (ext-FACTORY-<hash>) is judged against its baseline instead, your undefended model "
     "attacked in the same runs on the same images (and the transfer attacks' surrogate): vs baseline = the "
     "paired difference of the two worst cases in points, its 95% Newcombe interval and the exact McNemar p; "
-    "broken = yes when it is significantly less robust or equivalent within "
-    f"±{JUDGEMENT.equivalence_margin * 100:.0f} points (two one-sided tests), no when significantly more "
-    "robust, inconclusive when neither (attack more images); no baseline = given without --baseline: "
+    "broken by the same rule as the gallery's rows; no baseline = given without --baseline: "
     "nothing says what the undefended network scores, so it is not judged"
 )
 
@@ -204,6 +198,23 @@ def baseline_columns(
         }
     ours = robust_flags(_records(adaptive, threat, eps, defence), threat, eps)
     theirs = robust_flags(_records(adaptive, threat, eps, baseline), threat, eps)
+    return pair_columns(baseline, ours, theirs)
+
+
+def gallery_pair_columns(
+    adaptive: RunFolder, undefended: RunFolder, defence: str, threat: str, eps: float
+) -> dict[str, Any]:
+    """A gallery defence against the undefended CNN on the same images (both runs attack the data set's first
+    N images, so their per-example worst cases pair by example id); the CNN's own row is the reference."""
+    if defence == UNDEFENDED:
+        return {"baseline": "", **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)), **_no_pair()}
+    ours = robust_flags(_records(adaptive, threat, eps), threat, eps)
+    theirs = robust_flags(_records(undefended, threat, eps), threat, eps)
+    return pair_columns(UNDEFENDED, ours, theirs)
+
+
+def pair_columns(baseline: str, ours: pd.Series, theirs: pd.Series) -> dict[str, Any]:
+    """The paired comparison of a defence's per-example worst case with its baseline's, and ``broken``."""
     paired = paired_comparison(ours, theirs)
     return {
         "baseline": baseline,
@@ -218,15 +229,14 @@ def _no_pair() -> dict[str, float]:
 
 
 def judge_broken(paired: PairedComparison, settings: VerdictSettings = JUDGEMENT) -> Any:
-    """The verdict's rule for defence (A) vs its undefended twin (B) on the same images: False when the
-    exact test finds the defence more robust, True when it finds it less robust or TOST places the
-    difference within the equivalence margin, NaN when neither decides."""
-    significant = paired.p_value < settings.alpha
-    if significant and paired.diff > 0:
+    """The verdict's rule (:func:`~robustbench_wave.analysis.verdict.comparison_outcome`) for defence (A) vs
+    its undefended model (B) on the same images: False (not broken) when the defence is more robust by the
+    minimum effect (the 95% interval of the difference clears it), True when it is less robust, equivalent
+    within the minimum effect, or more robust by less than it, NaN when the test cannot decide."""
+    outcome = comparison_outcome(paired, p_values(paired, None, settings), settings)
+    if outcome == MORE:
         return False
-    if significant or paired.equivalence(settings.equivalence_margin, settings.alpha).equivalent:
-        return True
-    return math.nan
+    return math.nan if outcome == UNDECIDED else True
 
 
 def build_table(
@@ -270,33 +280,16 @@ def build_table(
         }
         if defence in own:
             row |= baseline_columns(adaptive, defence, own[defence], threat, eps)
+        else:
+            row |= gallery_pair_columns(adaptive, runs[UNDEFENDED][ADAPTIVE], defence, threat, eps)
         rows.append(row)
     table = pd.DataFrame(rows)
     if table["n"].nunique() != 1:
         raise ValueError(f"the runs evaluate different numbers of examples {sorted(table['n'].unique())}")
-    _judge_gallery(table, [d in own for d in order])
-    return table
-
-
-def _judge_gallery(table: pd.DataFrame, is_own: list[bool]) -> None:
-    """``within_undefended`` (inside the baseline's interval) of every row with a baseline, and ``broken``
-    of the gallery's rows: no more robust than the undefended CNN (inside its interval or below it)."""
-    if "baseline" not in table:  # the gallery alone: every row against the CNN, as the table always was
-        ref = table.set_index("defence").loc[UNDEFENDED]
-        at_most = table["adaptive"] <= ref["adaptive_high"] + EPS_TOL
-        table["within_undefended"] = (table["adaptive"] >= ref["adaptive_low"] - EPS_TOL) & at_most
-        table["broken"] = at_most
-        return
-    gallery = ~pd.Series(is_own, index=table.index)
-    if gallery.any():  # the gallery's rows name their baseline, the CNN, too
-        ref = table.set_index("defence").loc[UNDEFENDED]
-        table.loc[gallery, "baseline"] = UNDEFENDED
-        for col in ("adaptive", "adaptive_low", "adaptive_high"):
-            table.loc[gallery, f"baseline_{col}"] = ref[col]
     at_most = table["adaptive"] <= table["baseline_adaptive_high"] + EPS_TOL
     within = (table["adaptive"] >= table["baseline_adaptive_low"] - EPS_TOL) & at_most
     table["within_undefended"] = within.astype(object).where(table["baseline"] != "", math.nan)
-    table["broken"] = table["broken"].astype(object).where(~gallery, at_most)
+    return table
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -308,10 +301,12 @@ def _checks_cell(value: Any) -> str:
     return f"yes ({len(value.split(', '))})" if value else "no"
 
 
-def _broken_cell(value: Any, baseline: str) -> str:
+def _broken_cell(value: Any, baseline: str, defence: str) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    return "inconclusive" if baseline else "no baseline"
+    if not baseline:
+        return "reference" if defence == UNDEFENDED else "no baseline"
+    return "inconclusive"
 
 
 def _paired_cell(row: pd.Series) -> str:
@@ -328,24 +323,30 @@ def formatted(table: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
     for col in ACCURACIES:
         half = (table[f"{col}_high"] - table[f"{col}_low"]) / 2
         out[HEADERS[col]] = [number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table[col], half)]
-    if "baseline" in table:  # a table with own defences: each row's baseline and the paired comparison
+    if has_own(table):  # each row's baseline beside it (the gallery's own rows: the CNN)
         out["baseline"] = [b or DASH for b in table["baseline"]]
         half = (table["baseline_adaptive_high"] - table["baseline_adaptive_low"]) / 2
         out["baseline BPDA / EOT"] = [
             number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table["baseline_adaptive"], half)
         ]
-        out["vs baseline (paired)"] = [_paired_cell(row) for _, row in table.iterrows()]
-    bases = table["baseline"] if "baseline" in table else pd.Series(UNDEFENDED, index=table.index)
-    out["broken"] = [_broken_cell(w, b) for w, b in zip(table["broken"], bases)]
+    out["vs baseline (paired)"] = [_paired_cell(row) for _, row in table.iterrows()]
+    out["broken"] = [
+        _broken_cell(*cell) for cell in zip(table["broken"], table["baseline"], table["defence"])
+    ]
     out["flagged naive"] = [_checks_cell(v) for v in table["checks_naive"]]
     out["flagged adaptive"] = [_checks_cell(v) for v in table["checks_adaptive"]]
     return out
 
 
+def has_own(table: pd.DataFrame) -> bool:
+    """Whether the table holds a defence of the user's (judged against its own baseline, not the CNN)."""
+    return bool(((table["baseline"] != UNDEFENDED) & (table["defence"] != UNDEFENDED)).any())
+
+
 def title(table: pd.DataFrame, dataset: str = "", suite: str = "") -> str:
     """One line: data, n, threat and budget, suite."""
     first = table.iloc[0]
-    what = "Defences, naive vs adaptive" if "baseline" in table else "Defences known to be broken"
+    what = "Defences, naive vs adaptive" if has_own(table) else "Defences known to be broken"
     parts = [f"{what}{' on ' + dataset if dataset else ''} (n = {first['n']})"]
     parts.append(f"worst case at {first['threat']} eps = {first['eps']:g}")
     if suite:
@@ -359,10 +360,13 @@ def render_text(table: pd.DataFrame, heading: str) -> str:
     lines.append(
         "cells: robust accuracy % ± half-width of the 95% Wilson interval; exact gradients = the naive run's "
         "white-box attacks in mode exact (their own breaks only); naive = every attack without BPDA or EOT; BPDA / EOT = every attack "
-        "and gradient mode of the adaptive run; broken = no more robust than the undefended CNN (inside its interval or below it); "
-        "flagged = checks of the gradient-masking checklist that failed (gallery.csv names them)"
+        "and gradient mode of the adaptive run; vs baseline (paired) = the defence's worst case minus the undefended CNN's on "
+        "the same images, in points, with its 95% Newcombe interval and exact McNemar p; broken = yes when the defence is not more "
+        f"robust than the undefended CNN by the minimum effect of {JUDGEMENT.minimum_effect * 100:.0f} points (less robust, "
+        "equivalent within it, or more robust by less: the verdict's rule), no when the interval clears it, inconclusive when "
+        "the test cannot decide (attack more images); flagged = checks of the gradient-masking checklist that failed (gallery.csv names them)"
     )
-    if "baseline" in table:
+    if has_own(table):
         lines.append(OWN_LEGEND)
     return "\n".join(lines) + "\n"
 

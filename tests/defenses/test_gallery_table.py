@@ -11,7 +11,7 @@ import pytest
 
 from robustbench_wave.defenses import AttackOptions, build_table, run_name, write_table
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, attack_command
-from robustbench_wave.defenses.table import defence_row, failed_checks, title
+from robustbench_wave.defenses.table import defence_row, failed_checks, pair_columns, title
 from robustbench_wave.defenses.training import weights_path
 from robustbench_wave.evaluation.metrics import wilson_interval
 from robustbench_wave.models.gallery import GALLERY
@@ -85,8 +85,13 @@ def test_the_table_counts_what_each_protocol_broke() -> None:
     assert sap["exact"] == 0.9 and sap["naive"] == 0.7 and sap["adaptive"] == 0.1
     low, high = wilson_interval(5, 10)
     assert cnn["adaptive_low"] == pytest.approx(low) and cnn["adaptive_high"] == pytest.approx(high)
-    assert list(table["within_undefended"]) == [True, True, False]  # 10% lies below the CNN's [23.7, 76.3]%
-    assert list(table["broken"]) == [True, True, True]  # ... and is no more robust than the CNN: broken
+    within = table["within_undefended"]  # descriptive: inside the CNN's interval (the CNN: the reference)
+    assert math.isnan(within["cnn"]) and within["bit_depth"] is True and within["sap"] is False  # 10% < 23.7%
+    assert list(table["baseline"]) == ["", "cnn", "cnn"]
+    # paired with the CNN on the same 10 images: neither "less robust by 10 points" nor "within ±10 points"
+    # can be shown on 10 images, so the rule does not decide (the decided cases: test_gallery_rows_...)
+    assert table["broken"].isna().all()
+    assert sap["paired_diff"] == pytest.approx(-0.4) and bd["paired_diff"] == pytest.approx(0.0)
     assert bd["modes_adaptive"] == "bpda+exact" and bd["modes_naive"] == "exact"
 
 
@@ -177,3 +182,28 @@ def test_the_exact_column_counts_only_what_the_white_box_attacks_broke_themselve
     row = defence_row(plain, plain, "Linf", EPS[0])
     assert row["exact"] == 0.9  # only clean-wrong example 0 fails: neither white-box attack broke 1 or 2
     assert row["naive"] == 0.7  # every attack: the transfer's two breaks count
+
+
+def _flags(held: int, n: int = 200, offset: int = 0) -> pd.Series:
+    """Per-example worst case of ``n`` images: robust on ``held`` of them, starting at ``offset``."""
+    return pd.Series([offset <= i < offset + held for i in range(n)], index=range(n))
+
+
+@pytest.mark.parametrize(
+    ("ours", "broken", "why"),
+    [
+        (_flags(100), True, "the same points as the CNN: equivalent within 10 points"),
+        (_flags(40), True, "30 points less robust"),
+        (_flags(160), False, "30 points more robust: the interval clears the minimum effect"),
+        (_flags(110), True, "5 points more robust, significantly (10 of 10 discordant), but by less than 10"),
+    ],
+)
+def test_gallery_rows_are_judged_by_the_paired_rule_with_the_minimum_effect(
+    ours: pd.Series, broken: bool, why: str
+) -> None:
+    """A gallery defence against the undefended CNN on the same 200 images: broken unless it is more robust by
+    the verdict's minimum effect. (The old rule, inside the CNN's Wilson interval or below it, called the
+    +5 case broken too but for the wrong reason; the paired exact test alone would call it not broken.)"""
+    row = pair_columns("cnn", ours, _flags(100))
+    assert row["broken"] is broken, why
+    assert row["paired_diff"] == pytest.approx((ours.sum() - 100) / 200)

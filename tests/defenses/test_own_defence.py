@@ -20,7 +20,7 @@ from scipy.stats import binomtest
 from robustbench_wave import gallery
 from robustbench_wave.defenses import AttackOptions, build_table
 from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, own_attack_command
-from robustbench_wave.defenses.table import judge_broken
+from robustbench_wave.defenses.table import judge_broken, title
 from robustbench_wave.evaluation.metrics import paired_table, robust_flags, wilson_interval
 from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.runs import RunFolder, load_run
@@ -227,9 +227,9 @@ def test_without_a_baseline_the_table_says_nothing_judges_it() -> None:
         build_table({"mine": {NAIVE: paired, ADAPTIVE: paired}}, own={"mine": "other"})
 
 
-def test_gallery_rows_keep_their_rule_beside_an_own_row() -> None:
+def test_gallery_rows_are_paired_with_the_cnn_beside_an_own_row() -> None:
     cnn = _run({"cnn": set(range(5))})  # 50%: Wilson [23.7, 76.3]
-    bd = _run({"bd": set(range(4))})  # 60%: inside -> broken
+    bd = _run({"bd": set(range(4))})  # 60%: one more point than the CNN on the same 10 images
     mine = _run({"mine": set(), "twin": set(range(5))})
     runs = {
         "cnn": {NAIVE: cnn, ADAPTIVE: cnn},
@@ -238,13 +238,15 @@ def test_gallery_rows_keep_their_rule_beside_an_own_row() -> None:
     }
     table = build_table(runs, own={"mine": "twin"}).set_index("defence")
     assert list(table.index) == ["cnn", "bit_depth", "mine"]
-    assert table.loc["bit_depth", "baseline"] == "cnn" and table.loc["bit_depth", "broken"] == True  # noqa: E712
-    assert table.loc["bit_depth", "baseline_adaptive"] == 0.5 and math.isnan(
-        table.loc["bit_depth", "paired_p"]
-    )
+    assert table.loc["bit_depth", "baseline"] == "cnn" and table.loc["bit_depth", "baseline_adaptive"] == 0.5
+    # one discordant pair, for the defence: p = 1, and 10 images can show no 10-point rule either way
+    assert table.loc["bit_depth", "paired_p"] == pytest.approx(1.0)
+    assert math.isnan(table.loc["bit_depth", "broken"]) and table.loc["cnn", "baseline"] == ""
     assert table.loc["mine", "baseline"] == "twin" and table.loc["mine", "adaptive"] == 1.0
-    # 10/10 vs 5/10, five discordant pairs all for the defence: p = 2 / 2^5 = 0.0625, not significant
-    assert table.loc["mine", "paired_p"] == pytest.approx(2 / 32) and math.isnan(table.loc["mine", "broken"])
+    # 10/10 vs 5/10, five discordant pairs all for the defence: the exact test of no difference gives
+    # p = 2 / 2^5 = 0.0625, but the rule asks whether the 95% interval [+11.7, +76.3] clears +10 points: it does
+    assert table.loc["mine", "paired_p"] == pytest.approx(2 / 32)
+    assert table.loc["mine", "paired_low"] > 0.10 and table.loc["mine", "broken"] is False
     with pytest.raises(ValueError, match="undefended CNN"):
         build_table({"bit_depth": runs["bit_depth"], "mine": runs["mine"]}, own={"mine": "twin"})
 
@@ -374,15 +376,18 @@ def test_the_docs_own_defence_command_parses_in_the_current_vocabulary(page: str
 GALLERY_COLUMNS = [
     "defence", "source", "broken_by", "threat", "eps", "model", "n",
     *[f"{c}{s}" for c in ("clean", "exact", "naive", "adaptive") for s in ("", "_low", "_high")],
-    "modes_naive", "modes_adaptive", "checks_naive", "checks_adaptive", "within_undefended", "broken",
+    "modes_naive", "modes_adaptive", "checks_naive", "checks_adaptive",
+    "baseline", "baseline_adaptive", "baseline_adaptive_low", "baseline_adaptive_high",
+    "paired_diff", "paired_low", "paired_high", "paired_p", "broken", "within_undefended",
 ]  # fmt: skip
 
 
-def test_a_table_of_the_gallery_alone_keeps_its_columns_and_rule() -> None:
+def test_a_table_of_the_gallery_alone_pairs_every_defence_with_the_cnn() -> None:
     cnn, bd = _run({"cnn": set(range(5))}), _run({"bd": set(range(4))})
     table = build_table({"cnn": {NAIVE: cnn, ADAPTIVE: cnn}, "bit_depth": {NAIVE: bd, ADAPTIVE: bd}})
     assert list(table.columns) == GALLERY_COLUMNS
-    assert table["broken"].tolist() == [True, True] and table["broken"].dtype == bool
+    assert table["baseline"].tolist() == ["", "cnn"] and table["paired_diff"].iloc[1] == pytest.approx(0.1)
+    assert title(table).startswith("Defences known to be broken")
 
 
 def test_an_own_rows_checks_are_its_models_alone() -> None:
