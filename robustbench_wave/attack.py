@@ -252,14 +252,14 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--n-diagnostics",
         type=positive_int,
-        default=32,
+        default=attackrun.FinalizeOptions.n_diagnostics,
         help="examples per model on which the diagnostics run their extra attacks (steps/restarts sweeps, "
         "large eps, gradient health)",
     )
     p.add_argument(
         "--diagnostics-steps",
         type=positive_int,
-        default=10,
+        default=attackrun.FinalizeOptions.diagnostics_steps,
         help="PGD steps of the diagnostics' extra attacks (x4 sweep)",
     )
     p.add_argument(

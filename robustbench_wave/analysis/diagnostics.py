@@ -263,6 +263,13 @@ def _eot_plan(
     return None
 
 
+#: The checklist's subset: examples per model its extra attacks run on, and the PGD steps they take. One
+#: default for every door (the attack command, ``finalize_run``, a direct call): a library caller gets the
+#: protocol the command line runs.
+DIAGNOSTICS_SAMPLE = 32
+DIAGNOSTICS_STEPS = 10
+
+
 def run_diagnostics(
     model: nn.Module,
     images: torch.Tensor,
@@ -272,9 +279,9 @@ def run_diagnostics(
     info: Any,
     model_name: str | None = None,
     grad_modes: Sequence[str] | None = None,
-    n: int = 64,
+    n: int = DIAGNOSTICS_SAMPLE,
     eps: float | None = None,
-    steps: int = 10,
+    steps: int = DIAGNOSTICS_STEPS,
     square_queries: int = 300,
     seed: int = 0,
     checks: Sequence[Check] | None = None,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS
 from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
@@ -33,8 +34,8 @@ class FinalizeOptions:
     """How the finished run is diagnosed (a ``--shard`` job stores them for ``report merge``)."""
 
     diagnostics: bool = True
-    n_diagnostics: int = 32
-    diagnostics_steps: int = 10
+    n_diagnostics: int = DIAGNOSTICS_SAMPLE
+    diagnostics_steps: int = DIAGNOSTICS_STEPS
     batch_size: int = 128
     seed: int = 0
 

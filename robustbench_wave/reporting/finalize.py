@@ -20,7 +20,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from robustbench_wave.analysis.diagnostics import DiagnosticsReport, run_diagnostics
+from robustbench_wave.analysis.diagnostics import (
+    DIAGNOSTICS_SAMPLE,
+    DIAGNOSTICS_STEPS,
+    DiagnosticsReport,
+    run_diagnostics,
+)
 from robustbench_wave.analysis.energy import energy_removed
 from robustbench_wave.attacks import (
     Threat,
@@ -51,9 +56,9 @@ def finalize_run(
     info: Any,
     *,
     example_ids: Sequence[int] | None = None,
-    n_diagnostics: int = 64,
+    n_diagnostics: int = DIAGNOSTICS_SAMPLE,
     diagnostics_eps: float | None = None,
-    diagnostics_steps: int = 10,
+    diagnostics_steps: int = DIAGNOSTICS_STEPS,
     square_queries: int = 300,
     energy: bool = True,
     energy_n: int = 64,
