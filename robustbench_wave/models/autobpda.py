@@ -705,7 +705,7 @@ class Tracer(TorchFunctionMode):
                 chosen = chosen.scatter(dim, picks.narrow(dim, j, 1), True)
             return torch.stack(softs, dim=dim % z.dim())
 
-    # ------------------------------------------------------------------- constructions (issue 30 rules)
+    # ------------------------------------------------------------------- constructions spread over several ops
 
     def _construction(
         self,
