@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from enum import Enum
+from typing import TypeVar
+
+E = TypeVar("E", bound=Enum)
 
 #: How alike a known name must be to be suggested (difflib's ratio; 0.6 is its default).
 CUTOFF = 0.6
@@ -20,3 +24,15 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'wavelet'?"`` (or ``'a' or 'b'``) to append to an error, ``""`` without a match."""
     matches = close_matches(name, known)
     return f"; did you mean {' or '.join(repr(m) for m in matches)}?" if matches else ""
+
+
+def parse_enum(cls: type[E], value: str | E, what: str) -> E:
+    """The member of ``cls`` whose value is ``value`` (or ``value`` itself); else a ValueError naming
+    ``what`` it is, the choices and the closest one ("unknown gradient mode 'bdpa'; did you mean 'bpda'?")."""
+    try:
+        return cls(value)
+    except ValueError:
+        choices = [str(m.value) for m in cls]
+        raise ValueError(
+            f"unknown {what} {value!r}{did_you_mean(str(value), choices)} (choose one of: {', '.join(choices)})"
+        ) from None

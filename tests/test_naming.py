@@ -42,3 +42,27 @@ def test_misspelt_suites_and_data_sets_get_suggestions() -> None:
         ValueError, match=r"unknown data set spec 'fashion-mnst'; did you mean 'fashion-mnist'\?"
     ):
         load_split("fashion-mnst", "test")
+
+
+def test_every_enum_setting_is_parsed_by_one_helper_that_suggests() -> None:
+    """The five enum settings (gradient mode, EOT, cross-check, compile mode, projection) share one parser."""
+    from robustbench_wave.evaluation.eot import EotMode
+    from robustbench_wave.evaluation.plan import CrossCheck
+    from robustbench_wave.models.compiled import CompileMode
+    from robustbench_wave.models.frontend import GradMode
+    from robustbench_wave.models.tokenizers import ProjectionKind
+
+    assert GradMode.parse("bpda") is GradMode.BPDA and GradMode.parse(GradMode.EXACT) is GradMode.EXACT
+    with pytest.raises(
+        ValueError, match=r"unknown gradient mode 'bdpa'; did you mean 'bpda'\? \(choose one of"
+    ):
+        GradMode.parse("bdpa")
+    for enum, what in (
+        (EotMode, "EOT setting"),
+        (CrossCheck, "cross-check setting"),
+        (CompileMode, "compile mode"),
+    ):
+        with pytest.raises(ValueError, match=f"unknown {what} 'zzz' \\(choose one of: "):
+            enum.parse("zzz")
+    with pytest.raises(ValueError, match=r"unknown projection 'Dense'; did you mean 'dense'\?"):
+        ProjectionKind.parse("Dense")

@@ -38,6 +38,7 @@ from torch import nn
 from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
 from robustbench_wave.attacks.draws import DRAW_RULE, rows_budget, rows_independent
 from robustbench_wave.evaluation.execute import predict
+from robustbench_wave.naming import parse_enum
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +98,7 @@ class EotMode(str, Enum):
 
     @classmethod
     def parse(cls, value: str | EotMode) -> EotMode:
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(
-                f"unknown EOT setting {value!r}; choose one of {[m.value for m in cls]}"
-            ) from None
+        return parse_enum(cls, value, "EOT setting")
 
 
 @dataclass(frozen=True)

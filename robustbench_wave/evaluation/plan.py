@@ -22,6 +22,7 @@ from torch import nn
 from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, EntryFit, Suite, Threat, fit_entry
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
+from robustbench_wave.naming import parse_enum
 
 log = logging.getLogger(__name__)
 SHARED = "shared"  # chunk label of an attack run once for every gradient mode
@@ -44,12 +45,7 @@ class CrossCheck(str, Enum):
         """``True`` = ``all`` and ``False`` = ``off`` (the switch this setting grew from)."""
         if isinstance(value, bool):
             return cls.ALL if value else cls.OFF
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(
-                f"unknown cross-check setting {value!r}; choose one of {[c.value for c in cls]}"
-            ) from None
+        return parse_enum(cls, value, "cross-check setting")
 
 
 @dataclass(frozen=True)

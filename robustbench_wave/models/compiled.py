@@ -21,6 +21,8 @@ from enum import Enum
 import torch
 from torch import nn
 
+from robustbench_wave.naming import parse_enum
+
 log = logging.getLogger(__name__)
 
 COMPILE_ENV = "RBW_COMPILE"
@@ -35,11 +37,7 @@ class CompileMode(str, Enum):
 
     @classmethod
     def parse(cls, value: str | CompileMode) -> CompileMode:
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown compile mode {value!r}; choose one of: {choices}") from None
+        return parse_enum(cls, value, "compile mode")
 
 
 def compile_mode_from_env(environ: Mapping[str, str] = os.environ) -> CompileMode:

@@ -34,6 +34,8 @@ from enum import Enum
 import torch
 from torch import nn
 
+from robustbench_wave.naming import parse_enum
+
 
 class GradMode(str, Enum):
     """How the backward pass crosses a fixed front-end."""
@@ -44,11 +46,7 @@ class GradMode(str, Enum):
 
     @classmethod
     def parse(cls, value: str | GradMode) -> GradMode:
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown gradient mode {value!r}; choose one of: {choices}") from None
+        return parse_enum(cls, value, "gradient mode")
 
 
 class _ZeroGradient(torch.autograd.Function):

@@ -29,6 +29,7 @@ from timm.layers import PatchEmbed
 from torch import nn
 
 from robustbench_wave.models.wavelet import WaveletFrontEnd
+from robustbench_wave.naming import parse_enum
 
 #: What timm's ``VisionTransformer(embed_layer=...)`` takes: a class or partial building the tokenizer.
 EmbedLayer = Callable[..., nn.Module]
@@ -200,11 +201,7 @@ class ProjectionKind(str, Enum):
 
     @classmethod
     def parse(cls, value: str) -> ProjectionKind:
-        try:
-            return cls(value)
-        except ValueError:
-            names = " or ".join(repr(k.value) for k in cls)
-            raise ValueError(f"projection must be {names}, got {value!r}") from None
+        return parse_enum(cls, value, "projection")
 
 
 class BlockSparseProjection(nn.Module):
