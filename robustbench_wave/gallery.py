@@ -22,9 +22,9 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from robustbench_wave import defenses
+from robustbench_wave.attackrun import OwnedByModel
 from robustbench_wave.cli import (
     ListAction,
     Parser,
@@ -56,21 +56,6 @@ def defence_item(text: str) -> str:
     if is_external(text):
         return text
     return one_of(list(GALLERY), "a gallery defence or FILE.py:FACTORY / MODULE:FACTORY / timm:ARCH")(text)
-
-
-class DefenceWeights(argparse.Action):
-    """``--weights FILE`` belongs to the defence of the user's given just before it: {reference: FILE}."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
-    ) -> None:
-        defences = getattr(namespace, "defence", None) or []
-        if not defences or not is_external(defences[-1]):
-            parser.error(f"--weights {values} must follow the FILE.py:FACTORY --defence it belongs to")
-        owned = dict(getattr(namespace, self.dest) or {})
-        if owned.get(defences[-1], values) != values:
-            parser.error(f"--defence {defences[-1]} has two --weights; tabulate each file in its own run")
-        setattr(namespace, self.dest, owned | {defences[-1]: values})
 
 
 def get_args_parser() -> Parser:
@@ -107,7 +92,7 @@ def get_args_parser() -> Parser:
         "ext-FACTORY-<hash>) and judged against --baseline",
     )  # fmt: skip
     p.add_argument(
-        "--weights", action=DefenceWeights, default=None, metavar="FILE",
+        "--weights", action=OwnedByModel, owner="defence", kinds="FILE.py:FACTORY", default=None, metavar="FILE",
         help="safetensors weights of the FILE.py:FACTORY (MODULE:FACTORY, timm:ARCH) --defence just before it (loaded strictly, never "
         "pickle); needed unless that model has no parameters or buffers",
     )  # fmt: skip

@@ -553,13 +553,7 @@ def categorize(
     out: dict[str, Any] = {"gap": gap, "masking": shown, "above_baseline": None, "p_adjusted": p}
     if masking is not None:
         out["gap_ci"] = [masking.ci_low, masking.ci_high]
-    floor = chance + settings.clean_floor_share * (1 - chance)
-    reasons = [_below_floor(cand, "candidate", floor, chance)]
-    if base is not None:
-        reasons.append(_below_floor(base, "baseline", floor, chance))
-        if paired is None:
-            reasons.append(f"{cand['model']} and {base['model']} were not attacked on the same examples")
-    reasons = [r for r in reasons if r]
+    reasons = _inconclusive_reasons(cand, base, paired, chance, settings)
     if reasons:
         out.update(category=INCONCLUSIVE, inconclusive_reason="; ".join(reasons))
         return out
@@ -574,19 +568,41 @@ def categorize(
     if shown:
         out["category"] = MASKING_BUT_ROBUST if outcome == MORE else MASKING
         out["comparison"] = outcome
-    elif outcome == MORE:
-        out["category"] = ROBUST
-    elif outcome == MORE_NETWORKS:
-        out["category"] = ROBUST_THESE_NETWORKS
-    elif outcome == SMALL:
-        out["category"] = SMALL_DIFFERENCE
-    elif outcome in (NO_DIFFERENCE, LESS):
-        out["category"] = NOT_ROBUST
+    elif outcome in OUTCOME_CATEGORY:
+        out["category"] = OUTCOME_CATEGORY[outcome]
     else:
         out.update(
             category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, p, settings)
         )
     return out
+
+
+#: The category of an unmasked candidate whose comparison decided (an undecided one is inconclusive).
+OUTCOME_CATEGORY = {
+    MORE: ROBUST,
+    MORE_NETWORKS: ROBUST_THESE_NETWORKS,
+    SMALL: SMALL_DIFFERENCE,
+    NO_DIFFERENCE: NOT_ROBUST,
+    LESS: NOT_ROBUST,
+}
+
+
+def _inconclusive_reasons(
+    cand: Mapping[str, Any],
+    base: Mapping[str, Any] | None,
+    paired: PairedComparison | None,
+    chance: float,
+    settings: VerdictSettings,
+) -> list[str]:
+    """Why nothing can be decided whatever the numbers: a clean accuracy under the floor, or a baseline
+    that was not attacked on the same examples."""
+    floor = chance + settings.clean_floor_share * (1 - chance)
+    reasons = [_below_floor(cand, "candidate", floor, chance)]
+    if base is not None:
+        reasons.append(_below_floor(base, "baseline", floor, chance))
+        if paired is None:
+            reasons.append(f"{cand['model']} and {base['model']} were not attacked on the same examples")
+    return [r for r in reasons if r]
 
 
 def _undecided(base: str, paired: PairedComparison, p: Mapping[str, float], settings: VerdictSettings) -> str:
@@ -895,6 +911,17 @@ def doubts_evaluation(failed: Mapping[str, Sequence[str]]) -> bool:
     return any(mode != GradMode.BLOCKED.value for mode in failed)
 
 
+def _all_numbers(parts: Sequence[_ThreatJudgement], self_transfer: Collection[str]) -> pd.DataFrame:
+    """Every threat's numbers in one table, each model marked when its transfer rows are white-box restarts."""
+    numbers = (
+        pd.concat([j.numbers for j in parts], ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=list(_COLUMNS))
+    )
+    numbers["self_transfer"] = numbers["model"].isin(set(self_transfer))
+    return numbers
+
+
 def judge(
     records: pd.DataFrame | Sequence[pd.DataFrame],
     *,
@@ -939,14 +966,8 @@ def judge(
     contrasts = {m: energy_contrast(row, settings) for m, row in (energy or {}).items()}
     failed = {m: failed_checks(f) for m, f in (diagnostics_failures or {}).items()}
     failed = {m: f for m, f in failed.items() if f}
-    numbers = (
-        pd.concat([j.numbers for j in parts], ignore_index=True)
-        if parts
-        else pd.DataFrame(columns=list(_COLUMNS))
-    )
-    numbers["self_transfer"] = numbers["model"].isin(set(self_transfer))
     out = Judgement(
-        numbers=numbers,
+        numbers=_all_numbers(parts, self_transfer),
         candidates=candidates,
         energy={m: c for m, c in contrasts.items() if c is not None},
         diagnostics=failed,

@@ -341,18 +341,25 @@ def _absolute(path: str | None) -> str | None:
 
 
 class OwnedByModel(argparse.Action):
-    """A flag that belongs to the external ``--model`` given just before it (``--weights FILE``,
-    ``--name NAME``): {reference: value}, one value per model."""
+    """A flag that belongs to the external model given just before it (``--weights FILE``, ``--name NAME``
+    after ``--model``; the gallery's ``--weights`` after ``--defence``: ``owner``, the owning list's dest, and
+    ``kinds``, how its external references are written): {reference: value}, one value per model."""
+
+    def __init__(
+        self, *args: Any, owner: str = "model", kinds: str = "timm: or FACTORY", **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner, self.kinds = owner, kinds
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
     ) -> None:
-        flag, models = self.option_strings[0], getattr(namespace, "model", None) or []
+        flag, models = self.option_strings[0], getattr(namespace, self.owner, None) or []
         if not models or not is_external(models[-1]):
-            parser.error(f"{flag} {values} must follow the timm: or FACTORY --model it belongs to")
+            parser.error(f"{flag} {values} must follow the {self.kinds} --{self.owner} it belongs to")
         owned = dict(getattr(namespace, self.dest) or {})
         if owned.get(models[-1], values) != values:
-            parser.error(f"--model {models[-1]} has two {flag}; give it one")
+            parser.error(f"--{self.owner} {models[-1]} has two {flag}; give it one")
         setattr(namespace, self.dest, owned | {models[-1]: values})
 
 
