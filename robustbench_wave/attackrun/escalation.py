@@ -55,7 +55,7 @@ def after_suite(
 ) -> EvaluationResult:
     """``result`` (one model's suite) with its escalation joined when the scan calls for one (else as is)."""
     reason = esc.scan_reason(model)
-    if reason is None or esc.escalated(result.records, name):
+    if reason is None or not esc.norm_grid(suite, settings.dataset) or esc.escalated(result.records, name):
         return result
     extra = esc.escalate(
         model, data.images, data.labels, suite, settings, result.records, reason=reason, stage=esc.SCAN,
@@ -100,9 +100,9 @@ def after_checklist(
         and d["model"] in models
         and not esc.escalated(result.records, d["model"])
     }
-    if not due:
-        return []
     suite = parse_suite(result.meta["suite"])
+    if not due or not esc.norm_grid(suite, data.info):
+        return []
     save = bool(result.adversarial)
     for name, reason in due.items():
         rows = result.records[result.records["model"] == name]

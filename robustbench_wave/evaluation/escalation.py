@@ -117,11 +117,18 @@ def checklist_reason(diagnostics: Mapping[str, Any]) -> str | None:
 # ---------------------------------------------------------------------------------------------- what
 
 
+def norm_grid(suite: Suite, dataset: Any) -> dict[str, list[float]]:
+    """``suite``'s L∞ and L2 budgets for ``dataset``: what an escalation attacks. Empty for a suite of
+    common corruptions alone, which has no worst case for an escalation to lower (its rows are average
+    case and never gradient-based), so such a run is not escalated."""
+    return {t: v for t, v in suite.resolved_eps(dataset).items() if t in THREATS and v}
+
+
 def escalation_suite(suite: Suite, dataset: Any, *, transfer: bool) -> Suite:
     """Square-5000 at every norm threat and budget of ``suite``'s grid for ``dataset``, and (``transfer``)
     a transfer attack at each such threat the suite has none for; the suite's ``rng_block``. Its name is the
     suite's with ``-escalation``."""
-    grid = {t: v for t, v in suite.resolved_eps(dataset).items() if t in THREATS and v}
+    grid = norm_grid(suite, dataset)
     if not grid:
         raise ValueError(f"suite {suite.name!r} has no L∞ or L2 budgets: nothing to escalate with")
     attacks: list[dict[str, Any]] = [{"name": "clean", "family": "clean"}]

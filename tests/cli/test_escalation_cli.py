@@ -137,3 +137,22 @@ def test_a_baseline_must_be_a_model_of_the_run(tmp_path: Path) -> None:
     ):
         attack.main([*argv, "--device", "cpu"])
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+@pytest.mark.slow
+def test_a_suite_of_corruptions_alone_is_not_escalated(tmp_path: Path) -> None:
+    """Common corruptions have no L∞ / L2 budget for Square or a transfer attack to lower: a lost or masked
+    gradient there is no reason to escalate, and the run finishes (it used to stop with a traceback)."""
+    images, labels, _ = load_split("synthetic", "train")
+    fitted = ext.fit_pooled_linear(to_float(images[:2000]), labels[:2000])
+    args = ["--dataset", "synthetic", "--suite", "corruptions", "--attacks", "gaussian_noise"]
+    args += ["--n-examples", "16", "--n-diagnostics", "16", "--no-progress", "--device", "cpu"]
+    for ref in (LOST, SATURATED):
+        weights = tmp_path / f"{len(PREFIX[ref])}.safetensors"
+        ext.save_weights({f"{PREFIX[ref]}{k}": v for k, v in fitted.items()}, str(weights))
+        args += ["--model", ref, "--weights", str(weights)]
+    assert attack.main([*args, "--out", str(tmp_path / "out")]) == 0
+    (run,) = (tmp_path / "out" / "attack" / "synthetic").iterdir()
+    records, meta = read_run(run)
+    assert not records["attack"].str.startswith("escalation_").any()
+    assert not any("escalation" in entry for entry in meta["models"].values())
