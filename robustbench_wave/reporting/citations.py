@@ -4,7 +4,7 @@ A section of a page that quotes measurements lists, in one or more HTML comments
 from (paths under the comment's folder, itself relative to the repository root)::
 
     <!-- cite: results/published/demo/
-    14.0%  = summary.csv[model=wavelet, grad_mode=blocked, attack=worst-case, threat=Linf, eps=0.1].robust_accuracy %
+    14.0%  = summary.csv[model=wavelet, grad_mode=blocked, attack=worst-case, eps=0.1].robust_accuracy %
     +5.3   = verdict.json.details."wavelet@Linf".diff %
     1,000  = verdict.json.details."wavelet@Linf".n_paired
     31.9   = ../demo-timing/demo_timing.csv[phase=total].minutes
@@ -22,20 +22,23 @@ and ``1.8×`` are the same number); the right side a cell and an explicit transf
   ``[KEY=VALUE]`` picks the one element of a list of objects.
 - ``@"TEXT"``: a Markdown file's section under the one heading containing TEXT (its tables and text only).
 - ``~"TEXT"``: the first number after TEXT in the cell, section or text file; ``#K`` the K-th one.
-  A cell's value is its number, or its first number when it holds text ("85.8 ± 2.2", "1.46 s").
+  A cell's value is its number, or its first number when it holds text ("85.8 ± 2.2", "1.46 s"; "3/64" is
+  two numbers).
 - transforms, written after the cell: ``%`` (× 100: a fraction quoted as a percentage or in points),
   ``× 1000`` (a unit change: any power of ten), ``A - B`` (a difference of two cells, ``A - B %`` in points)
   and ``A / B`` (a ratio, for a multiplier). Nothing else: the prose's rounding is the only other step — a
   number matches when the transformed cell rounds to it at the prose's precision (``63%`` backs 0.626).
 
-Every number of a cited section's prose needs a line, every line's number must be in the prose, and each
-line's cell must equal its number; several lines for the same number must all hold. What is *not* a
-quoted measurement, and so needs no line: headings, code (spans, fences, indented blocks), include blocks
-(checked against their file as a whole), HTML comments, link targets, dates, times and version strings,
-numbering (``claim 3``, ``issue 32``, ``step 2``, a list item's ``1.``), numbers that are part of a name
-(``L2``, ``db1``, ``coif1``, ``ViT-S/16``, ``float32``, ``2-core``, a git revision), and confidence levels
-(``95% interval``). A section with no cite line may quote no measurement-looking number: a percentage
-(other than a level or ``100%``), a ± half-width, a p-value, a multiplier or a signed number of points.
+Every number of a cited section's prose needs a line (one line backs every place the section writes that
+number; several lines for the same number must all hold), every line's number must be in the prose, and
+each line's cell must equal its number. What is *not* a quoted measurement, and so needs no line:
+headings, code (spans, fences, indented blocks), include blocks (checked against their file as a whole),
+HTML comments, link targets, dates, times and version strings, numbering and identifiers (``claim 3``,
+``issue 32``, ``step 2``, ``seed 0``, a list item's ``1.``), numbers that are part of a name (``L2``,
+``db1``, ``coif1``, ``ViT-S/16``, ``float32``, ``2-core``, a git revision), and confidence levels
+(``95% interval``). A setting the reader would type (a flag's value) belongs in ``code``. A section with
+no cite line may quote no measurement-looking number: a percentage (other than a level or ``100%``), a ±
+half-width, a p-value, a multiplier, or a signed number or decimal of points.
 """
 
 from __future__ import annotations
@@ -92,12 +95,10 @@ _POINTS = re.compile(r"\s*(?:percentage\s+)?(?:points?|pp)\b")
 class Quoted:
     """One number as the prose (or a cite line's left side) writes it."""
 
-    text: str
-    key: str  # the canonical form a cite line names: no thousands commas, "-" for "−", "×" for "x", no space
+    text: str  # the whole match: "95-98%" for both of its ends
+    key: str  # what a cite line names: no thousands commas, "-" for "−", "×" for "x", no space before %
     value: float
     tolerance: float  # half a unit of the last written digit: the prose's precision
-    unit: str  # "%", "×", "±" or ""
-    signed: bool
 
 
 def _number(text: str) -> tuple[float, float]:
@@ -109,25 +110,17 @@ def _number(text: str) -> tuple[float, float]:
 
 
 def _quoted(match: re.Match[str]) -> list[Quoted]:
-    unit = (match["unit"] or "").strip().replace("x", "×")
-    pm = "±" if match["pm"] else ""
-    kind = pm or unit
-    ends = [(match["sign"] or "", match["a"])]
-    if match["c"]:
-        ends.append((match["sign_c"] or "", match["c"]))
-    out = []
-    if match["b"]:
-        (a, _), (b, _) = _number(match["a"]), _number(match["b"])
-        if b == 0:
-            return []
-        value = a / b * (-1 if match["sign"] in ("-", "−") else 1)
-        key = f"{pm}{(match['sign'] or '').replace('−', '-')}{match['a']}/{match['b']}{unit}".replace(",", "")
-        return [Quoted(match[0], key, value, max(1e-6, 1e-4 * abs(value)), kind, bool(match["sign"]))]
-    for sign, digits in ends:
-        value, tolerance = _number(sign + digits)
-        key = f"{pm}{sign.replace('−', '-')}{digits.replace(',', '')}{unit}"
-        out.append(Quoted(match[0], key, value, tolerance, kind, bool(sign)))
-    return out
+    """The numbers of one match: one, or a range's two ends (with the range's unit)."""
+    pm, unit = "±" if match["pm"] else "", (match["unit"] or "").strip().replace("x", "×")
+
+    def key(sign: str | None, digits: str) -> str:
+        return f"{pm}{(sign or '').replace('−', '-')}{digits.replace(',', '')}{unit}"
+
+    if match["b"]:  # a fraction, compared at a relative 1e-4 (8/255 = 0.0313725...)
+        value = _number((match["sign"] or "") + match["a"])[0] / (_number(match["b"])[0] or math.nan)
+        return [Quoted(match[0], key(match["sign"], f"{match['a']}/{match['b']}"), value, 1e-4 * abs(value))]
+    ends = [(match["sign"], match["a"]), *([(match["sign_c"], match["c"])] if match["c"] else [])]
+    return [Quoted(match[0], key(sign, digits), *_number((sign or "") + digits)) for sign, digits in ends]
 
 
 def outside_code(section: str) -> str:
@@ -233,7 +226,7 @@ def _cite(line: str, base: str) -> Cite:
         raise CiteError("write NUMBER = FILE[ROW].COLUMN")
     numbers = quoted_numbers(left.strip(), levels=True)
     if len(numbers) != 1 or numbers[0].text.strip() != left.strip():
-        raise CiteError(f"'{left.strip()}' is not one number as the prose writes it")
+        raise CiteError(f"'{left.strip()}' is not one number as the prose writes it (a range is two lines)")
     factor, right = 1.0, right.strip()
     if transform := _TRANSFORM.search(right):
         factor = 100.0 if transform["percent"] else float(transform["factor"])
@@ -287,6 +280,8 @@ class Files:
     def _load(self, path: str) -> Any:
         if path not in self._read:
             file = self.root / path
+            if not file.resolve().is_relative_to(self.root.resolve()):
+                raise CiteError(f"{path} is outside the repository: cite a file under results/published/")
             if not file.is_file():
                 raise CiteError(f"{path} does not exist: publish its run (report publish) or fix the path")
             text = file.read_text()
