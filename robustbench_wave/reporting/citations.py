@@ -176,6 +176,7 @@ def measurement_like(text: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- cite lines
 
+_CITE_MARKER = re.compile(r"<!-- cite\b")
 _CITE_BLOCK = re.compile(r"<!-- cite(?::[ \t]*(?P<base>[^\s]*))?[ \t]*\n(?P<body>.*?)-->", re.DOTALL)
 _TRANSFORM = re.compile(r"\s+(?:(?P<percent>%)|[×*]\s*(?P<factor>1(?:0+|e\d+)))\s*$")
 _FILE = re.compile(r"(?P<file>[^\s\[\]\"~@#]+?\.(?:csv|json|md|txt))(?=[.\[~@#]|$)")
@@ -214,10 +215,6 @@ def cite_lines(section: str) -> tuple[list[Cite], list[str]]:
             except CiteError as err:
                 errors.append(f"cite line '{line}': {err}")
     return cites, errors
-
-
-def has_cites(section: str) -> bool:
-    return bool(_CITE_BLOCK.search(outside_code(section)))
 
 
 def _cite(line: str, base: str) -> Cite:
@@ -466,7 +463,17 @@ def check_section(page: str, title: str, section: str, files: Files) -> list[Pro
     """A cited section: every quoted number named by a line whose cell equals it; an uncited one: no
     measurement-looking number."""
     text = prose(section)
-    if not has_cites(section):
+    markers = len(_CITE_MARKER.findall(outside_code(section)))
+    if markers != len(_CITE_BLOCK.findall(outside_code(section))):
+        return [
+            Problem(
+                page,
+                title,
+                "a <!-- cite comment this check cannot read: write '<!-- cite: FOLDER', then one "
+                "'NUMBER = FILE[KEY=VALUE].COLUMN' per line, then '-->' on its own line",
+            )
+        ]
+    if not markers:
         return [
             Problem(
                 page,

@@ -346,3 +346,9 @@ def test_cells_read_as_written(root):
     assert files.value('verdict.json.details."wavelet@Linf".diff_ci.1') == 0.117
     assert files.value('eps.csv[threat=Linf].written~"/"') == 255  # "8/255" is two numbers
     assert files.value('timing.txt~"patch"#2') == 2
+
+
+def test_a_cite_comment_on_one_line_is_reported_not_ignored(root):
+    page = "# T\n\n## S\n\n<!-- cite: pub/run/ 173 = summary.csv[model=wavelet, attack=clean].n_robust -->\n173 kept.\n"
+    (problem,) = check_markdown(page, root)
+    assert "a <!-- cite comment this check cannot read" in problem.what
