@@ -33,12 +33,12 @@ Every number of a cited section's prose needs a line (one line backs every place
 number; several lines for the same number must all hold), every line's number must be in the prose, and
 each line's cell must equal its number. What is *not* a quoted measurement, and so needs no line:
 headings, code (spans, fences, indented blocks), include blocks (checked against their file as a whole),
-HTML comments, link targets, dates, times and version strings, numbering and identifiers (``claim 3``,
-``issue 32``, ``step 2``, ``seed 0``, a list item's ``1.``), numbers that are part of a name (``L2``,
-``db1``, ``coif1``, ``ViT-S/16``, ``float32``, ``2-core``, a git revision), and confidence levels
-(``95% interval``). A setting the reader would type (a flag's value) belongs in ``code``. A section with
-no cite line may quote no measurement-looking number: a percentage (other than a level or ``100%``), a ±
-half-width, a p-value, a multiplier, or a signed number or decimal of points.
+HTML comments, link targets, dates, times, version strings and a reference's year ("(2018)"), numbering
+and identifiers (``claim 3``, ``issue 32``, ``step 2``, ``seed 0``, a list item's ``1.``), numbers that are
+part of a name (``L2``, ``db1``, ``coif1``, ``ViT-S/16``, ``float32``, ``2-core``, a git revision), and
+confidence levels (``95% interval``). A setting the reader would type (a flag's value) belongs in
+``code``. A section with no cite line may quote no measurement-looking number: a percentage (other than a
+level or ``100%``), a ± half-width, a p-value, a multiplier, or a signed number or decimal of points.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _DATE_TIME_VERSION = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b|\b\d+(?:\.\d+){2,}\b"
+    r"|\b(?:19|20)\d{2}[a-z]?(?=\))"  # a reference's year: "(2018)", "(TOST, Schuirmann 1987)"
 )
 _NUMBERING = re.compile(
     r"(?i)(?:\b(?:claims?|issues?|items?|steps?|sections?|stops?|seeds?)\s*|#)\d+(?:\s*(?:and|–|-)\s*\d+)*"

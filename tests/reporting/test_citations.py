@@ -277,6 +277,7 @@ def test_a_changed_cell_in_a_copy_of_the_readmes_published_files_fails_naming_th
         "\n    an indented block: 42.1%\n",
         "[the page](https://example.org/a/17.5%)",  # a link target
         "torch 2.14.1, on 2026-12-01 at 21:39, git 8ad650c",  # versions, dates, times, revisions
+        "Athalye, Carlini & Wagner (2018) and (TOST, Schuirmann 1987)",  # a reference's year
         "claim 3, claims 1 and 2, issue 32, step 2, stop 7, seed 0, #12",  # numbering and identifiers
         "L2, L∞, db1, coif1, ViT-S/16, float32, bf16, x86_64, a 2-core machine, 64-bit, 1024x1024",  # names
         "a 95% Wilson interval, a 90% interval, a 95% confidence level",  # levels
