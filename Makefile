@@ -160,7 +160,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
 ## The README's and docs/'s tables re-rendered from results/published/ (after `report publish RUN --name NAME`),
-## and every number they quote checked against its file (tests/test_docs.py checks the same in CI).
+## and every number they quote checked against the file and cell its section's cite lines name (tests/test_docs.py too).
 docs: $(STAMP)
 	$(BIN)/python -m robustbench_wave.report docs
 

@@ -3,7 +3,10 @@ the Markdown pages that quote them (:mod:`robustbench_wave.reporting.published`)
 
     python -m robustbench_wave.report publish results/attack/fashion-mnist/RUN --name demo
     python -m robustbench_wave.report docs            # re-render README.md's and docs/*.md's include blocks
-    python -m robustbench_wave.report docs --check    # change nothing; exit 1 if a quoted number lacks its file
+    python -m robustbench_wave.report docs --check    # change nothing; exit 1 if a quoted number lacks its cell
+
+A section's numbers are tied to cells by its ``<!-- cite: FOLDER`` lines (``14.0% = summary.csv[...].COLUMN %``;
+the grammar is :mod:`robustbench_wave.reporting.citations`').
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ PUBLISH_DESCRIPTION = (
 )
 DOCS_DESCRIPTION = (
     "Re-render the include blocks (<!-- include: PATH --> ... <!-- /include -->) of Markdown pages from their "
-    "published files, then check that every number their prose quotes is a value of its section's files "
-    "(<!-- source: PATH -->). Exit 1 on a problem; --check changes nothing."
+    "published files, then check that every number their prose quotes is named, with the file and cell it "
+    "quotes, by a line of its section's <!-- cite: FOLDER ... --> comment (NUMBER = FILE[KEY=VALUE].COLUMN, "
+    "a % or a difference or ratio of two cells as transform) and equals that cell, and that a section with no "
+    "cite line quotes no measurement-looking number. Exit 1 on a problem; --check changes nothing."
 )
 
 
@@ -96,5 +101,5 @@ def docs_main(args: Any, argv: list[str]) -> int:
     for problem in problems:
         sys.stderr.write(f"{problem}\n")
     if not problems and not args.quiet:
-        sys.stdout.write(f"{len(pages)} pages: every include block and quoted number backed by its file\n")
+        sys.stdout.write(f"{len(pages)} pages: every include block and quoted number backed by its cell\n")
     return 1 if problems else 0

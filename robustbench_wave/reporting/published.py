@@ -9,13 +9,16 @@ file's sha256. A Markdown page then quotes them in two ways, both checked by :fu
 - ``<!-- include: PATH -->`` … ``<!-- /include -->``: the block between the markers *is* the file
   (``.txt`` in a ``text`` fence, ``.md`` as it is, ``.csv`` as a Markdown table); :func:`render_includes`
   rewrites it from the file.
-- ``<!-- source: PATH -->``: every number written in that section's prose (a percentage, a decimal, a
-  signed number of points) must be a value of one of the section's files — as the file writes it, or a
-  fraction the file holds written as a percentage at the prose's precision. A percentage in a section
-  with no source is an error: a measured number needs its file.
+- ``<!-- cite: FOLDER`` … ``-->``: one line per number the section's prose writes, naming the file and
+  cell it quotes (``14.0% = summary.csv[model=wavelet, eps=0.1].robust_accuracy %``); the grammar, the
+  transforms and what is not a quoted measurement are :mod:`robustbench_wave.reporting.citations`'. A
+  section with no cite line may quote no measurement-looking number (a percentage, a ± half-width, a
+  p-value, a multiplier, a decimal of points).
 - ``<!-- unpublished: REASON -->``: a section quoting measurements made before their summary files were
   kept (or on another machine). It is not checked, and :func:`unpublished_sections` lists it, so a page
   can be held to having none (the README is).
+
+The old ``<!-- source: PATH -->`` (a number passed when it equalled any value of the file) is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import json
 import re
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, provenance
+from robustbench_wave.reporting.citations import Files, Problem, check_section, outside_code
 from robustbench_wave.reporting.tables import WORST_CASE_HEADING
 
 #: Where the documented runs' summaries live in the repository (``results/`` is otherwise git-ignored).
@@ -63,29 +66,6 @@ _INCLUDE = re.compile(r"<!-- include: (?P<path>\S+) -->\n(?P<body>.*?)<!-- /incl
 _SOURCE = re.compile(r"<!-- source: (?P<path>\S+) -->")
 _UNPUBLISHED = re.compile(r"<!-- unpublished: (?P<reason>.*?) -->", re.DOTALL)
 _HEADING = re.compile(r"^#{1,6} ", re.MULTILINE)
-_FENCE = re.compile(r"^```.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
-_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_LINK_TARGET = re.compile(r"\]\([^)]*\)")
-# A quoted number: optional sign, digits, optional decimals, optional percent sign; not part of a word, a
-# version (2.14.1), a date (2026-12-01) or a file name.
-_NUMBER = re.compile(r"(?<![\w.\-/])([+\-−]?\d+(?:\.\d+)?)(%?)(?![\w.\-/]*\w)")
-_LEVEL = re.compile(
-    r"\s+(?:(?:Wilson|Newcombe|two-sided|one-sided|t-?|bootstrap|confidence)\s*)*(?:interval|confidence|CI)"
-)
-_FILE_NUMBER = re.compile(r"[+\-−]?\d+(?:\.\d+)?(?:[eE][+\-]?\d+)?")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One number or block of a Markdown page that its published file does not back."""
-
-    page: str
-    section: str
-    what: str
-
-    def __str__(self) -> str:
-        return f"{self.page} [{self.section}]: {self.what}"
 
 
 def publish(source: str | Path, dest: str | Path, *, command: str | None = None) -> Path:
@@ -182,23 +162,36 @@ def _markdown_table(frame: pd.DataFrame) -> str:
 
 
 def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list[Problem]:
-    """Every include block equal to its file, every number in a sourced section one of its files' values,
-    and no percentage in a section without a source. Returns the problems (empty: the page is backed)."""
+    """Every include block equal to its file and every quoted number tied to the cell it quotes
+    (:mod:`robustbench_wave.reporting.citations`). Returns the problems (empty: the page is backed)."""
     root = Path(root)
     problems = []
     if render_includes(text, root) != text:
         stale = [m["path"] for m in _INCLUDE.finditer(text) if _include_is_stale(m, root)]
         problems += [Problem(page, "-", f"include block of {path} differs from the file") for path in stale]
+    files = Files(root)
     for title, section in _sections(text):
-        if not _UNPUBLISHED.search(section):
-            problems += _check_section(page, title, section, root)
+        if _UNPUBLISHED.search(outside_code(section)):
+            continue
+        problems += [
+            Problem(
+                page,
+                title,
+                f"<!-- source: {m['path']} --> ties numbers to a file, not a cell: list each "
+                "number in a <!-- cite: --> block instead",
+            )
+            for m in _SOURCE.finditer(outside_code(section))
+        ]
+        problems += check_section(page, title, section, files)
     return problems
 
 
 def unpublished_sections(text: str) -> list[tuple[str, str]]:
     """(section title, reason) of every section marked as quoting unpublished measurements."""
     return [
-        (title, m["reason"]) for title, section in _sections(text) for m in _UNPUBLISHED.finditer(section)
+        (title, section[m.start("reason") : m.end("reason")])
+        for title, section in _sections(text)
+        for m in _UNPUBLISHED.finditer(outside_code(section))
     ]
 
 
@@ -216,65 +209,6 @@ def _sections(text: str) -> Iterable[tuple[str, str]]:
         chunk = text[begin:end]
         title = chunk.splitlines()[0].lstrip("# ").strip() if chunk.strip() else "-"
         yield title, chunk
-
-
-def _check_section(page: str, title: str, section: str, root: Path) -> list[Problem]:
-    paths = [m["path"] for m in _INCLUDE.finditer(section)] + [m["path"] for m in _SOURCE.finditer(section)]
-    quoted = list(_quoted_numbers(section))
-    if not paths:
-        return [
-            Problem(page, title, f"'{value}%' is quoted with no published file (add <!-- source: PATH -->)")
-            for value, percent in quoted
-            if percent
-        ]
-    missing = [p for p in paths if not (root / p).is_file()]
-    if missing:
-        return [Problem(page, title, f"source {p} does not exist") for p in missing]
-    values = _file_values(root / p for p in paths)
-    return [
-        Problem(page, title, f"'{value}{percent}' is in none of {', '.join(paths)}")
-        for value, percent in quoted
-        if not _backed(value, bool(percent), values)
-    ]
-
-
-def _prose(section: str) -> str:
-    """The section without code, include blocks, comments and link targets: what a reader reads as prose."""
-    for pattern in (_INCLUDE, _FENCE, _COMMENT, _INLINE_CODE, _LINK_TARGET):
-        section = pattern.sub(" ", section)
-    lines = section.splitlines()
-    return "\n".join(lines[1:] if lines and _HEADING.match(lines[0]) else lines)  # a heading quotes nothing
-
-
-def _quoted_numbers(section: str) -> Iterable[tuple[str, str]]:
-    prose = _prose(section)
-    for match in _NUMBER.finditer(prose):
-        value, percent = match.group(1), match.group(2)
-        if percent and (value == "100" or _LEVEL.match(prose, match.end())):
-            continue  # a scale's end or a confidence level ("95% Wilson interval"), not a measurement
-        if percent or "." in value or value[0] in "+-−":
-            yield value, percent
-
-
-def _file_values(paths: Iterable[Path]) -> list[float]:
-    values = []
-    for path in paths:
-        values += [float(v.replace("−", "-")) for v in _FILE_NUMBER.findall(path.read_text())]
-    return values
-
-
-def _backed(value: str, percent: bool, values: list[float]) -> bool:
-    """Whether ``value`` (as the prose writes it) is a file value at the prose's precision, or — for a
-    percentage or a number of points — a fraction of the file written in percent."""
-    number = float(value.replace("−", "-"))
-    decimals = len(value.split(".")[1]) if "." in value else 0
-    tolerance = 0.5 * 10.0**-decimals + 1e-9
-    for candidate in values:
-        if abs(candidate - number) <= tolerance:
-            return True
-        if abs(candidate) <= 1.0 and abs(100.0 * candidate - number) <= tolerance:
-            return True
-    return False
 
 
 def render_pages(pages: Iterable[str | Path], root: str | Path, *, check: bool = False) -> list[Problem]:

@@ -28,13 +28,16 @@ def test_publish_then_docs_renders_and_checks_the_page(run_dir, tmp_path, capsys
     )
     page = tmp_path / "README.md"
     include = "<!-- include: results/published/demo/table.txt -->\n<!-- /include -->\n"
-    page.write_text(f"# T\n\n{include}\nThe wavelet ViT keeps 86.0%.\n")
+    cite = '<!-- cite: results/published/demo/\n86.0% = table.txt~"wavelet"\n-->\n'
+    page.write_text(f"# T\n\n{include}\n{cite}The wavelet ViT keeps 86.0%.\n")
     assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 1  # include block empty
     assert report.main(["docs", "--root", str(tmp_path), str(page)]) == 0
     assert "wavelet 86.0 ± 2.2" in page.read_text()
-    page.write_text(page.read_text().replace("86.0%", "86.1%"))
-    assert report.main(["docs", "--root", str(tmp_path), str(page)]) == 1
-    assert "'86.1%' is in none of results/published/demo/table.txt" in capsys.readouterr().err
+    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 0
+    (into / "demo" / "table.txt").write_text("model clean\nwavelet 86.1 ± 2.2\n")  # the cell changes
+    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert f"{page} [T]: '86.0%' is not what it cites: table.txt~\"wavelet\" gives 86.1" in err
 
 
 def test_publish_refuses_a_name_that_is_no_folder_name(run_dir):
