@@ -1,11 +1,12 @@
-"""The last step of an attack run: what the benchmark's records alone do not give, then the report.
+"""The attacks an attack run's last step runs beyond its suite, then the report.
 
 :func:`finalize_run` takes a saved run folder and the models and images it evaluated, measures the energy
-sparsification removes from a perturbation (:mod:`robustbench_wave.analysis.energy`), runs the
-gradient-masking checklist per model (:mod:`robustbench_wave.analysis.diagnostics`; Carlini et al. 2019,
-Athalye et al. 2018, Croce & Hein 2020) and writes ``report.md`` with the verdict and figures
-(:func:`robustbench_wave.reporting.markdown.write_report`). Every attack of the run, the low-frequency attack
-included, is a suite entry whose records are already in ``records.csv.gz``; nothing here adds records.
+sparsification removes from a perturbation (:mod:`robustbench_wave.analysis.energy`: its own PGD), runs the
+gradient-masking checklist per model (:mod:`robustbench_wave.analysis.diagnostics`: its subset attacks;
+Carlini et al. 2019, Athalye et al. 2018, Croce & Hein 2020), writes ``energy.csv`` and
+``diagnostics.csv/json``, and hands the folder to :func:`robustbench_wave.reporting.markdown.write_report`,
+which renders from those files alone. Every attack of the run, the low-frequency attack included, is a suite
+entry whose records are already in ``records.csv.gz``; nothing here adds records.
 """
 
 from __future__ import annotations
