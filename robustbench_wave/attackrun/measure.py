@@ -36,6 +36,7 @@ from robustbench_wave.attacks import (
     find_wavelet_front_end,
     modes_for,
 )
+from robustbench_wave.evaluation.meta_sections import AttacksMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -138,9 +139,9 @@ def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_di
 
 def _suite_steps(meta: Mapping[str, Any], families: Sequence[str], threat: str) -> int | None:
     """The ``steps`` of the run's first suite entry of one of ``families`` at ``threat`` (None when none)."""
-    for entry in (meta.get("attacks") or {}).values():
-        if entry.get("family") in families and entry.get("threat") == threat:
-            steps = (entry.get("params") or {}).get("steps")
+    for entry in AttacksMeta.from_meta(meta).values():
+        if entry.family in families and entry.threat == threat:
+            steps = entry.params.get("steps")
             if steps is not None:
                 return int(steps)
     return None
