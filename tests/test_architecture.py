@@ -98,6 +98,75 @@ def test_the_report_command_never_imports_the_attack_command() -> None:
             assert "robustbench_wave.attack" not in names, f"report.py:{node.lineno} imports the attack CLI"
 
 
+#: What ``reporting`` never imports, as module prefixes: it renders from a run folder's files (its docstring),
+#: so neither torch nor an attack library, nor the attack run, nor a module whose work is attacking or
+#: forwarding a model for an attack (the checklist's subset attacks and the energy PGD run in
+#: ``attackrun.measure``).
+REPORTING_NEVER_IMPORTS = (
+    "torch",
+    "torchattacks",
+    "foolbox",
+    "art",
+    "robustbench_wave.attackrun",
+    "robustbench_wave.evaluation.evaluator",
+    "robustbench_wave.evaluation.execute",
+    "robustbench_wave.evaluation.escalation",
+    "robustbench_wave.evaluation.reaudit",
+    "robustbench_wave.analysis.checks.model_checks",
+    *(
+        f"robustbench_wave.attacks.{m}"
+        for m in ("pgd", "builtin", "apgdt", "fab", "fab_builtin", "square", "draws", "model_state")
+    ),
+    *(f"robustbench_wave.attacks.{m}_backend" for m in ("torchattacks", "foolbox", "art")),
+)
+#: ... and these names, from whichever module: the entry points that attack or forward a model.
+REPORTING_NEVER_NAMES = {
+    "run_diagnostics",
+    "energy_removed",
+    "sparsification_energy",
+    "evaluate",
+    "escalate",
+    "get_runner",
+    "PGD",
+    "predict",
+    "predict_common",
+    "run_attack",
+    "measure_randomness",
+    "decide",
+    "finalize_run",
+}
+
+
+def _imported(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) of every absolute import of ``path``; name None for ``import module``."""
+    out: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [(node.lineno, node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names]
+    return out
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "reporting").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_reporting_renders_from_files_and_never_attacks(path: Path) -> None:
+    for line, module, name in _imported(path):
+        where = f"{path.relative_to(PACKAGE)}:{line}"
+        targets = [module] + ([f"{module}.{name}"] if name else [])  # ``from pkg import submodule`` too
+        for target in targets:
+            for banned in REPORTING_NEVER_IMPORTS:
+                assert not (target == banned or target.startswith(banned + ".")), (
+                    f"{where} imports {target}: reporting renders from a run folder's files; attacks and "
+                    "forward passes belong in attackrun (attackrun/measure.py)"
+                )
+        assert name not in REPORTING_NEVER_NAMES, (
+            f"{where} imports {name} from {module}: reporting never attacks or forwards a model; run it in "
+            "attackrun (attackrun/measure.py) and render its files"
+        )
+
+
 def _module_graph(package: str) -> dict[str, set[str]]:
     """module -> the modules of ``package`` it imports (absolute imports of robustbench_wave.<package>.*)."""
     prefix = f"robustbench_wave.{package}"

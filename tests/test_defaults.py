@@ -9,7 +9,7 @@ import inspect
 from robustbench_wave import attack
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS, run_diagnostics
 from robustbench_wave.attackrun import FinalizeOptions
-from robustbench_wave.reporting.finalize import finalize_run
+from robustbench_wave.attackrun.measure import finalize_run
 
 
 def test_the_checklist_sample_and_steps_have_one_default() -> None:

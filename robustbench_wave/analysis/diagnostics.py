@@ -47,6 +47,7 @@ from robustbench_wave.attacks import (
 )
 from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate
 from robustbench_wave.evaluation.eot import EotPlan, EotSettings
+from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps, worst_case_rows
 
 log = logging.getLogger(__name__)
@@ -228,10 +229,6 @@ def _model_rows(
     return as_white_box_restarts(rows, [model_name]), model_name, True
 
 
-#: meta.json's settings of the run's EOT choice -> EotSettings fields (absent in runs before it: the default).
-EOT_KEYS = {"eot": "mode", "eot_draws": "draws"}
-
-
 def _evaluate_subset(
     model: nn.Module,
     x: torch.Tensor,
@@ -257,9 +254,9 @@ def _eot_plan(
 ) -> EotPlan | None:
     """What the run did about the model's randomness (its meta.json), else what the subset evaluation did."""
     for meta in (run_meta or {}, subset_meta):
-        eot = ((meta.get("models") or {}).get(name) or {}).get("eot")
-        if eot:
-            return EotPlan.from_meta(eot)
+        entry = ModelsMeta.from_meta(meta).get(name)
+        if entry is not None and entry.eot:
+            return EotPlan.from_meta(entry.eot)
     return None
 
 
@@ -337,8 +334,9 @@ def _check_inputs(
 ) -> CheckInputs:
     """The evidence the checks read: the subset's suite and its budget sweep (every attack on every
     clean-correct point), both under the run's EOT choice, and what the run did about randomness."""
-    run_settings = (meta or {}).get("settings") or {}
-    eot = EotSettings(**{name: run_settings[key] for key, name in EOT_KEYS.items() if key in run_settings})
+    run_settings = SettingsMeta.from_meta(meta or {})  # the run's EOT choice (absent in older runs: default)
+    chosen = {"mode": run_settings.eot, "draws": run_settings.eot_draws}
+    eot = EotSettings(**{name: value for name, value in chosen.items() if value is not None})
 
     def on_subset(suite: Suite) -> EvaluationResult:
         return _evaluate_subset(model, x, y, idx, suite, info, modes, seed, model_name, eot)

@@ -39,6 +39,7 @@ import pandas as pd
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
 from robustbench_wave.evaluation.escalation import path_reason
+from robustbench_wave.evaluation.meta_sections import ModelsMeta
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
     clean_correct,
@@ -878,11 +879,12 @@ def unverified_cells(meta: Mapping[str, Any], diagnostics: Sequence[Mapping[str,
     as robustness: the mode failed a check of the gradient-masking checklist (``diagnostics``: diagnostics.json's
     entries; a mode-free failure, e.g. ``deterministic``, fails every mode), or the model's scan found its
     gradient lost or unhandled (meta.json's ``gradient_path``) and no escalation ran (its ``escalation``)."""
-    models = meta.get("models") or {}
+    models = ModelsMeta.from_meta(meta)
     out: Marks = {}
     for d in diagnostics:
         model = str(d["model"])
-        modes = (models.get(model) or {}).get("grad_modes") or sorted(
+        entry = models.get(model)
+        modes = (entry.grad_modes if entry is not None else None) or sorted(
             {c["grad_mode"] for c in d.get("checks", []) if c.get("grad_mode")}
         )
         fails: dict[str, list[str]] = {}
@@ -892,11 +894,11 @@ def unverified_cells(meta: Mapping[str, Any], diagnostics: Sequence[Mapping[str,
                     fails.setdefault(mode, []).append(str(c["name"]))
         for mode, names in fails.items():
             out[(model, mode)] = "failed gradient checks: " + ", ".join(dict.fromkeys(names))
-    for model, m in models.items():
-        reason = path_reason(m["gradient_path"]) if m.get("gradient_path") else None
-        if reason is not None and not m.get("escalation"):
-            for mode in m.get("grad_modes") or []:
-                out.setdefault((str(model), str(mode)), f"{reason}; not escalated")
+    for m in models.values():
+        reason = path_reason(m.gradient_path) if m.gradient_path else None
+        if reason is not None and not m.escalation:
+            for mode in m.grad_modes or []:
+                out.setdefault((m.name, str(mode)), f"{reason}; not escalated")
     return out
 
 

@@ -14,7 +14,11 @@ same run) and :class:`RunOptions` (how it runs and where it writes), then calls 
 * :mod:`.execute`: every model through :func:`robustbench_wave.evaluation.evaluate`, on the whole run, on
   torchrun's ranks (rank 0 gathers and merges) or as one ``--shard i/n`` job whose
   :class:`~robustbench_wave.evaluation.sharding.ShardJob` ``report merge`` reads;
-* :mod:`.finalize`: diagnostics, verdict and report.md of the finished run;
+* :mod:`.measure`: the attacks the finished run's last step runs beyond its suite (the checklist's subset
+  attacks, the energy PGD), their ``diagnostics.csv/json`` and ``energy.csv``, then report.md
+  (:func:`finalize_run`);
+* :mod:`.finalize`: diagnostics, escalation after the checklist, verdict, report.md and marked tables of the
+  finished run;
 * :mod:`.merge` and :mod:`.reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``--reaudit
   RUN`` do with a finished run.
 
@@ -41,6 +45,7 @@ from robustbench_wave.attackrun.folder import (
     run_meta,
 )
 from robustbench_wave.attackrun.job import Job, RunOptions, gradient_path_lines, prepare_job
+from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
 from robustbench_wave.attackrun.models import (
     Loaded,
@@ -110,6 +115,7 @@ __all__ = [
     "diagnose",
     "external_specs",
     "finalize_merged_run",
+    "finalize_run",
     "finish_merged_run",
     "gradient_path_lines",
     "load_model",

@@ -27,6 +27,7 @@ from robustbench_wave.data import LabelledImages
 from robustbench_wave.evaluation import EvalSettings, EvaluationResult
 from robustbench_wave.evaluation import escalation as esc
 from robustbench_wave.evaluation.eot import EotSettings
+from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +67,16 @@ def after_suite(
 
 def settings_from_meta(meta: dict[str, Any], name: str, info: Any) -> EvalSettings:
     """The :class:`EvalSettings` a saved run evaluated ``name`` with (its meta.json)."""
-    run = meta.get("settings") or {}
+    run = SettingsMeta.from_meta(meta)
     return EvalSettings(
         model_name=name,
         dataset=info,
-        grad_modes=tuple(meta["models"][name]["grad_modes"]),
-        backend=run.get("backend", "auto"),
-        seed=int((meta.get("seeds") or {}).get("attack_seed", 0)),
-        skip_broken=bool(run.get("skip_broken", True)),
-        cross_check=run.get("cross_check", "off"),
-        eot=EotSettings(run.get("eot", "auto"), run.get("eot_draws", EotSettings().draws)),
+        grad_modes=tuple(ModelsMeta.from_meta(meta).entries[name].grad_modes or ()),
+        backend=run.backend or "auto",
+        seed=run.attack_seed or 0,
+        skip_broken=True if run.skip_broken is None else run.skip_broken,
+        cross_check=run.cross_check or "off",
+        eot=EotSettings(run.eot or "auto", run.eot_draws or EotSettings().draws),
     )
 
 

@@ -1,5 +1,5 @@
 """The last step of an attack run: the gradient-masking checklist, energy, figures, verdict and report.md
-(:func:`robustbench_wave.reporting.finalize.finalize_run`), after the run's records are written, or later
+(:func:`robustbench_wave.attackrun.measure.finalize_run`), after the run's records are written, or later
 for a run joined from ``--shard`` jobs, whose models and test images are then reloaded and checked.
 
 When every gradient mode of a model failed the checklist, the run escalates
@@ -18,13 +18,13 @@ from typing import Any
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS
 from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
+from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
 from robustbench_wave.attackrun.settings import NO_SURROGATE, Echo
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.distributed import resolve_device
 from robustbench_wave.evaluation.records import read_meta, read_run
 from robustbench_wave.models.external import ExternalSpec
-from robustbench_wave.reporting.finalize import finalize_run
 from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON, VERDICT_JSON
 from robustbench_wave.reporting.tables import MARK, write_tables
 

@@ -36,22 +36,22 @@ def reaudit_run(
             f"{run_dir} holds no saved adversarial examples ({rec.META_FILE} lists none); re-run the attack "
             "command with --save-adversarial"
         )
-    config = (run.meta.get("run") or {}).get("config") or rec.read_meta(run_dir / rec.CONFIG_FILE)
+    config = dict(run.invocation.config) or rec.read_meta(run_dir / rec.CONFIG_FILE)
     models = reload_models(config, results_dir, "since the run was attacked; cannot re-audit")
     data = load_test_images(config["dataset"], config["n_examples"])
-    if run_data_sha256(data) != run.meta.get("data_sha256"):
+    if run_data_sha256(data) != run.dataset.data_sha256:
         raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
     dev = resolve_device(device)
-    batch = batch_size or int((run.meta.get("settings") or {}).get("batch_size") or 128)
+    batch = batch_size or run.settings.batch_size or 128
     tables, problems, plans = [], [], {}
     for name, adv in kept.items():
         model = compile_model(models[name][0], config.get("compile", "off")).to(dev)
-        if state_sha256(model) != run.meta["models"][name].get("param_sha256"):
+        recorded = run.models.entries[name]
+        if state_sha256(model) != recorded.param_sha256:
             problems.append(f"{name}: the reloaded weights differ from the attacked ones (param_sha256)")
         rows = run.records[run.records["model"] == name]
         ids = range(len(data))
-        eot = run.meta["models"][name].get("eot")
-        plans[name] = EotPlan.from_meta(eot) if eot else None
+        plans[name] = EotPlan.from_meta(recorded.eot) if recorded.eot else None
         tables.append(
             reaudit_model(
                 model, data.images, data.labels, ids, adv, rows, batch_size=batch, device=dev,

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.attacks import AttackKind, Threat, is_average_case
+from robustbench_wave.evaluation.meta_sections import DatasetMeta
 from robustbench_wave.models.frontend import GradMode
 
 Z95 = 1.959963984540054
@@ -318,8 +319,7 @@ def declared_reference(meta: Mapping[str, Any] | None) -> dict[str, float]:
     """Threat -> the reference budget the run's suite declares (meta.json's ``dataset.reference``, written by
     the evaluation only when the suite has a ``[reference.*]`` block or the budgets came from ``--eps``); {}
     for a run without one, whose references are the middle of each grid."""
-    ref = ((meta or {}).get("dataset") or {}).get("reference") or {}
-    return {str(t): float(e) for t, e in ref.items()}
+    return dict(DatasetMeta.from_meta(meta or {}).reference)
 
 
 def check_on_grid(rows: pd.DataFrame, threat: str, eps: float) -> float:

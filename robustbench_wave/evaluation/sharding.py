@@ -34,6 +34,7 @@ import torch
 from robustbench_wave.distributed import shard_bounds
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import META_KEY, merge_sets
+from robustbench_wave.evaluation.meta_sections import InvocationMeta, ModelsMeta, ProvenanceMeta, SettingsMeta
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 from robustbench_wave.evaluation.result import EvaluationResult
 
@@ -207,8 +208,8 @@ def merge_meta(
                 **s.to_dict(),
                 "n_examples": m.get("n_examples"),
                 "example_ids": m.get("example_ids"),
-                "fingerprint": (m.get("settings") or {}).get("fingerprint"),
-                "execution": (m.get("provenance") or {}).get("execution"),
+                "fingerprint": SettingsMeta.from_meta(m).fingerprint,
+                "execution": ProvenanceMeta.from_meta(m).execution,
             }
             for s, m in zip(shards, metas)
         ],
@@ -308,7 +309,11 @@ class ShardFolder:
 
     @property
     def config(self) -> dict[str, Any]:
-        return (self.result.meta.get("run") or {}).get("config") or {}
+        return dict(InvocationMeta.from_meta(self.result.meta, self.path / rec.META_FILE).config)
+
+    @property
+    def models(self) -> ModelsMeta:
+        return ModelsMeta.from_meta(self.result.meta, self.path / rec.META_FILE)
 
     @property
     def name(self) -> str:
@@ -354,7 +359,7 @@ def _load_shard(shard: Shard, path: Path) -> ShardFolder:
     if rec.META_RECORDS in meta:
         rec.check_digest(path / rec.RECORDS_FILE, meta[rec.META_RECORDS], len(result.records))
     config = rec.read_meta(path / rec.CONFIG_FILE)
-    if config and config != ((meta.get("run") or {}).get("config") or {}):
+    if config and config != InvocationMeta.from_meta(meta, path / rec.META_FILE).config:
         raise ValueError(
             f"{path} holds records of another configuration than its {rec.CONFIG_FILE} (an interrupted run); "
             "re-run the attack command for this shard"
@@ -371,7 +376,7 @@ def _check_same_run(folders: Sequence[ShardFolder]) -> None:
             raise ValueError(f"{f.name}: its meta.json says shard {f.job.index}/{f.job.count}")
     for f in folders[1:]:
         keys = sorted(k for k in set(first.config) | set(f.config) if first.config.get(k) != f.config.get(k))
-        if set(first.result.meta.get("models") or {}) != set(f.result.meta.get("models") or {}):
+        if set(first.models) != set(f.models):
             keys.append("models")
         for field_name in ("run_n_examples", "run_data_sha256"):
             if getattr(first.job, field_name) != getattr(f.job, field_name):

@@ -234,11 +234,7 @@ def run_groups(runs: Sequence[RunFolder]) -> list[tuple[str, list[RunFolder]]]:
     seeds); any other run is a group of its own. Named by data set, suite and run folder names."""
     groups: dict[tuple, list[RunFolder]] = {}
     for run in runs:
-        key = (
-            _dataset(run),
-            (run.meta.get("suite") or {}).get("name"),
-            tuple(sorted(run.meta.get("models") or {})),
-        )
+        key = (_dataset(run), run.suite.name, tuple(sorted(run.models)))
         group = groups.setdefault(key, [])
         if run.train_seed is None or any(r.train_seed == run.train_seed for r in group):
             groups[(*key, str(run.path))] = [run]
@@ -253,8 +249,7 @@ def run_groups(runs: Sequence[RunFolder]) -> list[tuple[str, list[RunFolder]]]:
 
 
 def _dataset(run: RunFolder) -> str:
-    info = (run.meta.get("dataset") or {}).get("info") or {}
-    return str(info.get("slug") or (run.meta.get("dataset") or {}).get("name") or run.path.parent.name)
+    return str(run.dataset.slug or run.path.parent.name)
 
 
 def _seeds(runs: Sequence[RunFolder]) -> list[int]:
@@ -316,10 +311,7 @@ def _per_group(
     out = []
     for scope, group in run_groups(inputs.runs):
         found = find(scope, group)
-        commands = [
-            str((r.meta.get("run") or {}).get("command") or f"(no command recorded in {r.path})")
-            for r in group
-        ]
+        commands = [str(r.invocation.command or f"(no command recorded in {r.path})") for r in group]
         for f in found:
             f.commands = commands
         out += found
@@ -387,13 +379,13 @@ def assignment_only_models(group: Sequence[RunFolder]) -> set[str]:
     cannot be built from what meta.json records is left out (not known to switch the assignment alone)."""
     out = set()
     for run in group:
-        for name, entry in (run.meta.get("models") or {}).items():
-            spec = entry.get("model_spec") if isinstance(entry, dict) else None
-            if name in out or not spec or not spec.get("tokenpool"):
+        for entry in run.models.values():
+            name = entry.name
+            if name in out or not entry.pools_tokens:
                 continue
             try:
-                info = DatasetInfo.from_dict((run.meta.get("dataset") or {}).get("info") or {})
-                switches = grad_switches(build_model(spec, info))
+                info = DatasetInfo.from_dict(dict(run.dataset.info or {}))
+                switches = grad_switches(build_model(dict(entry.model_spec or {}), info))
             except (KeyError, TypeError, ValueError) as err:
                 log.info("%s: not built from meta.json (%s); claim 5 leaves it undecided", name, err)
                 continue
@@ -404,10 +396,7 @@ def assignment_only_models(group: Sequence[RunFolder]) -> set[str]:
 
 def pooled_models(group: Sequence[RunFolder]) -> set[str]:
     """The models of these runs whose recorded spec pools tokens (a ``[tokenpool]`` table in meta.json)."""
-    models = [(name, m) for r in group for name, m in ((r.meta.get("models") or {}).items())]
-    return {
-        name for name, m in models if isinstance(m, dict) and (m.get("model_spec") or {}).get("tokenpool")
-    }
+    return {m.name for r in group for m in r.models.values() if m.pools_tokens}
 
 
 def _with_train_commands(found: list[cl.Finding], train: pd.DataFrame) -> list[cl.Finding]:

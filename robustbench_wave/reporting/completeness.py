@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.evaluation import records as rec
+from robustbench_wave.evaluation.meta_sections import DatasetMeta, InvocationMeta, ModelsMeta
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 
 RERUN = rec.RERUN
@@ -33,9 +34,9 @@ def check_run(run_dir: Path, records: pd.DataFrame, meta: dict[str, Any]) -> Non
 
 def check_config(run_dir: Path, meta: dict[str, Any]) -> None:
     """The configuration ``meta.json`` recorded is the one in ``config.json`` (when both record one)."""
-    recorded = (meta.get("run") or {}).get("config")
+    recorded = InvocationMeta.from_meta(meta, run_dir / rec.META_FILE).config
     config = rec.read_meta(run_dir / rec.CONFIG_FILE)
-    if recorded is None or not config or recorded == config:
+    if not recorded or not config or recorded == config:
         return
     keys = sorted(k for k in set(recorded) | set(config) if recorded.get(k) != config.get(k))
     raise ValueError(
@@ -47,12 +48,13 @@ def check_config(run_dir: Path, meta: dict[str, Any]) -> None:
 def check_complete(path: Path, records: pd.DataFrame, meta: dict[str, Any]) -> None:
     """Every model listed in meta has rows; its clean rows cover ``n_examples``; every (grad_mode, attack,
     eps) block of the model holds exactly the examples of its clean rows, once each."""
-    missing = sorted(set(meta.get("models") or {}) - set(records["model"]))
+    where = path.parent / rec.META_FILE
+    missing = sorted(set(ModelsMeta.from_meta(meta, where)) - set(records["model"]))
     if missing:
         raise ValueError(
             f"{path} holds no rows of model {missing[0]!r}, which {rec.META_FILE} lists; {RERUN}"
         )
-    n = meta.get("n_examples")
+    n = DatasetMeta.from_meta(meta, where).n_examples
     for model, rows in records.groupby("model", sort=False):
         want = np.unique(rows.loc[rows["threat"] == CLEAN_THREAT, "example_id"].to_numpy(dtype=np.int64))
         if not len(want):

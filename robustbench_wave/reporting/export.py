@@ -45,6 +45,7 @@ from robustbench_wave.analysis.formatting import percent
 from robustbench_wave.attacks import Trait, families_with, is_average_case, load_suite
 from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.chunks import config_fingerprint
+from robustbench_wave.evaluation.meta_sections import RecordsMeta
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     EPS_TOL,
@@ -107,14 +108,12 @@ def full_autoattack(held: Sequence[RunFolder]) -> bool:
     be the user's (``--eps``). Only then is a number AutoAttack's (``autoattack_acc``)."""
     shipped = [a.to_dict() for a in load_suite(AUTOATTACK_SUITE).attacks]
     return bool(held) and all(
-        (r.meta.get("suite") or {}).get("name") == AUTOATTACK_SUITE
-        and (r.meta.get("suite") or {}).get("attack") == shipped
-        for r in held
+        r.suite.name == AUTOATTACK_SUITE and list(r.suite.attacks or ()) == shipped for r in held
     )
 
 
 def _suite_names(held: Sequence[RunFolder]) -> str:
-    return ", ".join(dict.fromkeys(str((r.meta.get("suite") or {}).get("name")) for r in held))
+    return ", ".join(dict.fromkeys(str(r.suite.name) for r in held))
 
 
 def benchmark(name: str, info: Mapping[str, Any] | None) -> str:
@@ -143,20 +142,20 @@ def _identity(info: Mapping[str, Any]) -> tuple[Any, ...]:
 def _dataset(runs: Sequence[RunFolder]) -> str:
     """The one data set (and example set) of ``runs``, by its identity (:func:`benchmark`); ValueError when
     they differ."""
-    names = {str((r.meta.get("dataset") or {}).get("name")) for r in runs}
-    data = {r.meta.get("data_sha256") for r in runs}
+    names = {str(r.dataset.name) for r in runs}
+    data = {r.dataset.data_sha256 for r in runs}
     if len(names) != 1 or len(data) != 1:
         raise ValueError(
             f"the runs were attacked on different data ({sorted(names)}, {len(data)} example sets); export "
             "runs of one data set and one --n-examples together"
         )
-    return benchmark(names.pop(), (runs[0].meta.get("dataset") or {}).get("info"))
+    return benchmark(names.pop(), runs[0].dataset.info)
 
 
 def _model_rows(runs: Sequence[RunFolder], model: str) -> tuple[pd.DataFrame, list[RunFolder]]:
     """Every record of ``model`` over the runs holding it, checked to be one set of weights."""
     held = [r for r in runs if model in set(r.records["model"])]
-    hashes = {((r.meta.get("models") or {}).get(model) or {}).get("param_sha256") for r in held}
+    hashes = {_param_sha256(r, model) for r in held}
     if len(hashes) > 1:
         raise ValueError(
             f"model {model!r} has different weights in {[str(r.path) for r in held]}: export one checkpoint"
@@ -165,16 +164,20 @@ def _model_rows(runs: Sequence[RunFolder], model: str) -> tuple[pd.DataFrame, li
     return rows, held
 
 
+def _param_sha256(run: RunFolder, model: str) -> str | None:
+    entry = run.models.get(model)
+    return entry.param_sha256 if entry is not None else None
+
+
 def _run_link(run: RunFolder) -> dict[str, Any]:
-    meta = run.meta
-    config = (meta.get("run") or {}).get("config") or {}
+    config = run.invocation.config
     return {
         "run_dir": str(run.path),
-        "git_revision": (meta.get("provenance") or {}).get("git_revision"),
-        "config_sha256": config_fingerprint(config) if config else None,
-        "records_sha256": (meta.get("records") or {}).get("sha256"),
-        "suite": (meta.get("suite") or {}).get("name"),
-        "created_utc": meta.get("created_utc"),
+        "git_revision": run.provenance.git_revision,
+        "config_sha256": config_fingerprint(dict(config)) if config else None,
+        "records_sha256": RecordsMeta.from_meta(run.meta, run.meta_file).sha256,
+        "suite": run.suite.name,
+        "created_utc": run.provenance.created_utc,
     }
 
 
@@ -183,12 +186,7 @@ def _attacks(rows: pd.DataFrame, held: Sequence[RunFolder]) -> list[dict[str, An
     out = []
     for (attack, family, backend), _ in rows.groupby(["attack", "family", "backend"], sort=True):
         library = BACKEND_LIBRARY.get(str(backend), str(backend))
-        versions = sorted(
-            {
-                str(((r.meta.get("provenance") or {}).get("libraries") or {}).get(library, "unknown"))
-                for r in held
-            }
-        )
+        versions = sorted({str(r.provenance.libraries.get(library, "unknown")) for r in held})
         out.append(
             {"name": attack, "family": family, "backend": backend, "library": library, "versions": versions}
         )
@@ -204,8 +202,9 @@ def _unreliable(held: Sequence[RunFolder], model: str) -> tuple[bool, str]:
 
 
 def _architecture(held: Sequence[RunFolder], model: str) -> str:
-    spec = ((held[0].meta.get("models") or {}).get(model) or {}).get("model_spec") or {}
-    if not isinstance(spec, dict) or not spec.get("tokenizer"):
+    entry = held[0].models.get(model)
+    spec = (entry.model_spec if entry is not None else None) or {}
+    if not spec.get("tokenizer"):
         return model
     body = spec.get("body") if isinstance(spec.get("body"), dict) else {}
     size = (
@@ -288,10 +287,11 @@ def write_model_info(runs: Sequence[RunFolder], out_dir: Path) -> list[Path]:
 
 def _surrogate(run: RunFolder, model: str) -> tuple[str | None, bool]:
     """(surrogate name, whether it is the target itself: a white-box cell) of ``model`` in ``run``."""
-    entry = (run.meta.get("models") or {}).get(model) or {}
-    sur = entry.get("surrogate") or {}
-    name = sur.get("name")
-    return name, name == model and sur.get("param_sha256") == entry.get("param_sha256")
+    entry = run.models.get(model)
+    if entry is None or entry.surrogate is None:
+        return None, False
+    name = entry.surrogate.name
+    return name, name == model and entry.surrogate.param_sha256 == entry.param_sha256
 
 
 def _transfer_cell(rows: pd.DataFrame, threat: str, eps: float) -> dict[str, Any]:

@@ -109,7 +109,7 @@ def render_report(
     report goes, so links to each run's meta.json resolve."""
     models = list(dict.fromkeys(m for r in runs for m in r.records["model"].unique()))
     first = runs[0]
-    dataset = str((first.meta.get("dataset") or {}).get("name") or first.records["dataset"].iloc[0])
+    dataset = str(first.dataset.name or first.records["dataset"].iloc[0])
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     external = external_models(runs)
     wavelet = has_wavelet_model(runs)
@@ -172,7 +172,7 @@ def table_marks(run: RunFolder) -> Marks | None:
 def run_baseline(runs: Sequence[RunFolder]) -> str | None:
     """The baseline the attack command was given (``--baseline``: config.json's ``baseline``, as a record
     name), when every run names the same one and it has records in each."""
-    names = {((r.meta.get("run") or {}).get("config") or {}).get("baseline") for r in runs}
+    names = {r.invocation.baseline for r in runs}
     if len(names) != 1 or None in names:
         return None
     name = str(names.pop())
@@ -287,11 +287,11 @@ def not_as_written(runs: Sequence[RunFolder]) -> list[str]:
     model (``attacks.*.skipped``), skipped on or resolved for one model (its ``plan``), each once."""
     lines: list[str] = []
     for run in runs:
-        for name, entry in (run.meta.get("attacks") or {}).items():
-            if entry.get("skipped"):
-                lines.append(f"- `{name}`: skipped for every model ({entry['skipped']})")
-        for model, m in (run.meta.get("models") or {}).items():
-            plan = m.get("plan") or {}
+        for entry in run.attacks.values():
+            if entry.skipped:
+                lines.append(f"- `{entry.name}`: skipped for every model ({entry.skipped})")
+        for m in run.models.values():
+            model, plan = m.name, m.plan
             lines += [
                 f"- `{a}` on `{model}`: skipped ({why})" for a, why in plan.get("not_applicable", {}).items()
             ]
@@ -301,7 +301,7 @@ def not_as_written(runs: Sequence[RunFolder]) -> list[str]:
 
 def surrogate_choices(runs: Sequence[RunFolder]) -> list[str]:
     """How ``--surrogate auto`` chose the transfer surrogate (meta.json, each model's entry), each once."""
-    notes = (m.get("surrogate_choice") for r in runs for m in (r.meta.get("models") or {}).values())
+    notes = (m.surrogate_choice for r in runs for m in r.models.values())
     return list(dict.fromkeys(n for n in notes if n))
 
 
@@ -487,7 +487,7 @@ def provenance_markdown(runs: Sequence[RunFolder], report_dir: Path | None = Non
     to its meta.json (every seed, version and setting; linked, not pasted: it runs to a thousand lines)."""
     blocks = []
     for run in runs:
-        blocks += [_run_summary(run), _attacks_details(run.meta), _meta_link(run, report_dir)]
+        blocks += [_run_summary(run), _attacks_details(run), _meta_link(run, report_dir)]
     return "\n\n".join(b for b in blocks if b)
 
 
@@ -512,17 +512,19 @@ def _run_summary(run: RunFolder) -> str:
         f"skip_broken={settings.get('skip_broken')}, backend={settings.get('backend')}, "
         f"device={settings.get('device')}",
     ]
-    for name, m in (meta.get("models") or {}).items():
-        sha = m.get("checkpoint_sha256") or m.get("param_sha256") or ""
-        clean = percent(m.get("clean_accuracy"), missing=DASH)
+    for model in run.models.values():
+        m = model.raw  # shown as recorded ('?': not recorded)
+        sha = model.checkpoint_sha256 or model.param_sha256 or ""
+        clean = percent(model.clean_accuracy, missing=DASH)
         lines.append(
-            f"- model `{name}`: grad modes {m.get('grad_modes')}, clean accuracy "
+            f"- model `{model.name}`: grad modes {m.get('grad_modes')}, clean accuracy "
             f"{clean}, train seed {m.get('train_seed', '?')}, checkpoint "
             f"`{str(sha)[:12]}`, attack time {m.get('seconds_total', '?')} s"
         )
-        if m.get("eot"):
-            lines.append(f"  - randomness: {randomness_text(m['eot'])}")
-        lines += [f"  - gradient path: {m['gradient_path']['summary']}"] if m.get("gradient_path") else []
+        if model.eot:
+            lines.append(f"  - randomness: {randomness_text(model.eot)}")
+        path = model.gradient_path
+        lines += [f"  - gradient path: {path['summary']}"] if path else []
     libs = ", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items())
     lines.append(f"- code: git `{prov.get('git_revision', '?')}`; {libs}")
     lines.append(f"- platform: {prov.get('platform', '?')}; created {meta.get('created_utc', '?')}")
@@ -560,19 +562,18 @@ def randomness_text(eot: Mapping[str, Any]) -> str:
     )
 
 
-def _attacks_details(meta: Mapping[str, Any]) -> str:
-    attacks = meta.get("attacks") or {}
+def _attacks_details(run: RunFolder) -> str:
     rows = [
         {
-            "attack": name,
-            "family": a.get("family"),
-            "kind": a.get("kind"),
-            "threat": a.get("threat"),
-            "backend": a.get("backend"),
-            "eps": ", ".join(f"{e:.4g}" for e in a.get("eps", [])),
-            "hyper-parameters": ", ".join(f"{p}={v}" for p, v in (a.get("params") or {}).items()),
+            "attack": a.name,
+            "family": a.family,
+            "kind": a.kind,
+            "threat": a.threat,
+            "backend": a.backend,
+            "eps": ", ".join(f"{e:.4g}" for e in a.eps),
+            "hyper-parameters": ", ".join(f"{p}={v}" for p, v in a.params.items()),
         }
-        for name, a in attacks.items()
+        for a in run.attacks.values()
     ]
     return _details("attacks and hyper-parameters", markdown_table(pd.DataFrame(rows))) if rows else ""
 
@@ -597,7 +598,7 @@ def commands_markdown(runs: Sequence[RunFolder]) -> str:
     """The attack command of each run, then the command that rebuilds this report."""
     blocks = []
     for run in runs:
-        cmd = (run.meta.get("run") or {}).get("command")
+        cmd = run.invocation.command
         if cmd:
             blocks.append(f"```bash\n{rerun_command(cmd)}\n```")
     rebuild = " ".join([REPORT_COMMAND, *(str(r.path) for r in runs)])

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import percent
+from robustbench_wave.evaluation.meta_sections import ModelMeta
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT, WORST, WORST_MODE, summarize
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.reporting.tables import MARK, markdown_table
@@ -26,21 +27,17 @@ LOSS_FIGURE = "figures/attack_loss.png"
 
 def external_models(runs: Sequence[RunFolder]) -> list[str]:
     """The record names of the models from outside the zoo in these runs, in run order."""
-    return list(
-        dict.fromkeys(
-            name for r in runs for name, m in (r.meta.get("models") or {}).items() if m.get("external")
-        )
-    )
+    return list(dict.fromkeys(m.name for r in runs for m in r.models.values() if m.external))
 
 
 def has_wavelet_model(runs: Sequence[RunFolder]) -> bool:
     """Whether a model with a wavelet tokenizer is in the runs: only then do the sections about the source
     paper's wavelet claim (its wording, the energy sparsification removes) belong in the report."""
     for run in runs:
-        models = run.meta.get("models") or {name: {} for name in run.records["model"].unique()}
-        for name, entry in models.items():
-            spec = entry.get("model_spec") or {}
-            tokenizer = spec.get("tokenizer", "" if entry.get("external") else name)  # a zoo name says it
+        entries = list(run.models.values()) or [ModelMeta(str(n)) for n in run.records["model"].unique()]
+        for entry in entries:
+            spec = entry.model_spec or {}
+            tokenizer = spec.get("tokenizer", "" if entry.external else entry.name)  # a zoo name says it
             if "wavelet" in str(tokenizer):
                 return True
     return False
@@ -66,7 +63,7 @@ def _model_block(
     baseline: str | None,
     marks: Mapping[tuple[str, str], str],
 ) -> str:
-    entry = next(r.meta["models"][name] for r in runs if name in (r.meta.get("models") or {}))
+    entry = next(m for r in runs if (m := r.models.get(name)) is not None)
     parts = [f"### `{name}`", _provenance_line(entry)]
     parts.append(markdown_table(accuracy_table(runs[0].records, name, baseline, marks)))
     parts.append(
@@ -74,21 +71,21 @@ def _model_block(
         "under that gradient mode; `worst` over every mode; † a mode that failed a gradient check (an upper "
         "bound, not robustness)._"
     )
-    parts += [_scan_text(entry.get("gradient_path")), _modes_text(entry)]
-    parts += [_escalation_text(entry.get("escalation")), _checklist_text(runs, name)]
+    parts += [_scan_text(entry.gradient_path), _modes_text(entry)]
+    parts += [_escalation_text(entry.escalation), _checklist_text(runs, name)]
     parts.append(_verdict_text(verdict_text, name))
     return "\n\n".join(p for p in parts if p)
 
 
-def _provenance_line(entry: Mapping[str, Any]) -> str:
-    external = entry.get("external") or {}
+def _provenance_line(entry: ModelMeta) -> str:
+    external = entry.external or {}
     reference = external.get("reference") if isinstance(external, Mapping) else external
-    weights = str(entry.get("checkpoint_sha256") or "")[:12]
-    clean = entry.get("clean_accuracy")
+    weights = str(entry.checkpoint_sha256 or "")[:12]
+    clean = entry.clean_accuracy
     return (
         f"`{reference}`" + (f", weights sha256 `{weights}…`" if weights else "")
         + (f"; clean accuracy {percent(clean)}" if clean is not None else "")
-        + f"; attacked under {', '.join(entry.get('grad_modes') or [])}."
+        + f"; attacked under {', '.join(entry.grad_modes or [])}."
     )  # fmt: skip
 
 
@@ -151,10 +148,10 @@ def _rule(rule: str) -> str:
     return f"**{rule}**" if rule == "unhandled" else rule
 
 
-def _modes_text(entry: Mapping[str, Any]) -> str:
+def _modes_text(entry: ModelMeta) -> str:
     """Exact against BPDA / EOT, side by side: where to look."""
-    modes = entry.get("grad_modes") or []
-    eot = entry.get("eot") or {}
+    modes = entry.grad_modes or []
+    eot = entry.eot or {}
     said = []
     if len(modes) > 1:
         said.append(
@@ -169,7 +166,7 @@ def _modes_text(entry: Mapping[str, Any]) -> str:
     return ("**Exact against BPDA / EOT:** " + "; ".join(said) + ".") if said else ""
 
 
-def _escalation_text(escalation: Mapping[str, Any] | None) -> str:
+def _escalation_text(escalation: Mapping[str, Any] | Sequence[Any] | None) -> str:
     if not escalation:
         return ""
     stages = escalation if isinstance(escalation, Sequence) else [escalation]

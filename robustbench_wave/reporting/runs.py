@@ -2,7 +2,7 @@
 :func:`load_run`, which gathers a folder's records, provenance, diagnostics and energy measurements.
 
 The attack step writes ``records.csv.gz`` and ``meta.json`` (:mod:`robustbench_wave.evaluation.records`);
-:func:`robustbench_wave.reporting.finalize.finalize_run` adds ``energy.csv`` and ``diagnostics.csv/json``; the
+:func:`robustbench_wave.attackrun.measure.finalize_run` adds ``energy.csv`` and ``diagnostics.csv/json``; the
 report adds ``verdict.json``, ``figures/`` and ``report.md``. Keeping the names here lets the writer and the
 readers agree without importing each other.
 """
@@ -11,12 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.evaluation.records import read_meta, read_run
+from robustbench_wave.evaluation.meta_sections import (
+    AttacksMeta,
+    DatasetMeta,
+    InvocationMeta,
+    ModelsMeta,
+    ProvenanceMeta,
+    SettingsMeta,
+    SuiteMeta,
+)
+from robustbench_wave.evaluation.records import META_FILE, read_meta, read_run
 from robustbench_wave.reporting.completeness import check_run
 
 ENERGY_FILE = "energy.csv"
@@ -39,10 +49,43 @@ class RunFolder:
     diagnostics: list[dict[str, Any]] = field(default_factory=list)  # diagnostics.json's per-model entries
     energy: pd.DataFrame = field(default_factory=pd.DataFrame)
 
+    # meta.json's sections, read once and checked (a malformed one: ValueError naming this folder's file)
+    @cached_property
+    def suite(self) -> SuiteMeta:
+        return SuiteMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def dataset(self) -> DatasetMeta:
+        return DatasetMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def models(self) -> ModelsMeta:
+        return ModelsMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def attacks(self) -> AttacksMeta:
+        return AttacksMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def provenance(self) -> ProvenanceMeta:
+        return ProvenanceMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def invocation(self) -> InvocationMeta:
+        return InvocationMeta.from_meta(self.meta, self.meta_file)
+
+    @cached_property
+    def settings(self) -> SettingsMeta:
+        return SettingsMeta.from_meta(self.meta, self.meta_file)
+
+    @property
+    def meta_file(self) -> Path:
+        return self.path / META_FILE
+
     @property
     def train_seed(self) -> Any:
         """The training seed shared by the run's models, or None when they differ or none is recorded."""
-        seeds = {m.get("train_seed") for m in (self.meta.get("models") or {}).values()}
+        seeds = {m.train_seed for m in self.models.values()}
         seeds.discard(None)
         return seeds.pop() if len(seeds) == 1 else None
 
@@ -76,7 +119,7 @@ def combined_energy(runs: Sequence[RunFolder]) -> pd.DataFrame:
 
 def class_count(runs: Sequence[RunFolder]) -> int:
     """The number of classes: from the data set's provenance, else one more than the largest label recorded."""
-    info = (runs[0].meta.get("dataset") or {}).get("info") or {}
+    info = runs[0].dataset.info or {}
     if info.get("num_classes"):
         return int(info["num_classes"])
     labels = pd.concat([r.records["label"] for r in runs])

@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import DASH, number, percent
+from robustbench_wave.evaluation.meta_sections import SettingsMeta, SuiteMeta
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     WORST,
@@ -272,8 +273,8 @@ def table_title(records: pd.DataFrame, meta: dict[str, Any] | None = None) -> st
     """One line naming the data, n, the suite and how the attack columns were computed."""
     datasets = ", ".join(dict.fromkeys(records["dataset"].astype(str)))
     n = records["example_id"].nunique()
-    suite = (meta or {}).get("suite", {}).get("name", "")
-    skip = (meta or {}).get("settings", {}).get("skip_broken")
+    suite = SuiteMeta.from_meta(meta or {}).name or ""
+    skip = SettingsMeta.from_meta(meta or {}).skip_broken
     parts = [f"Robust accuracy on {datasets} (n = {n})"]
     if suite:
         parts.append(f"suite {suite}")

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -22,6 +21,7 @@ from robustbench_wave.analysis import claims as cl
 from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.reporting import claims as rc
+from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.training.checkpoint import spec_sha256
 from tests.support.masking_models import NUM_CLASSES, baseline_spec, masking_spec, synthetic_records
 
@@ -127,9 +127,7 @@ def test_claim5_finds_pooled_models_by_their_spec_not_only_their_name():
     assert {f.verdict for f in found} == {cl.SUPPORTED}
 
     specs = {"patch-kmeans-48-32-16-16": {"tokenpool": {"method": "kmeans"}}, "patch": {"tokenizer": "patch"}}
-    run = SimpleNamespace(
-        meta={"models": {m: {"model_spec": s} for m, s in specs.items()}}
-    )  # meta.json's part
+    run = _meta_only({"models": {m: {"model_spec": s} for m, s in specs.items()}})  # meta.json's part
     assert rc.pooled_models([run]) == {"patch-kmeans-48-32-16-16"}
 
 
@@ -585,15 +583,20 @@ def test_claim5_without_the_assignment_mode_says_which_run_to_make():
     assert f.verdict == cl.INCONCLUSIVE
 
 
+def _meta_only(meta: dict) -> RunFolder:
+    """A run folder of which only meta.json matters."""
+    return RunFolder(Path("run"), pd.DataFrame(), meta)
+
+
 def test_assignment_only_models_from_the_recorded_specs():
     from robustbench_wave.data import dataset_info
     from robustbench_wave.models.zoo import load_spec
 
     info = dataset_info("fashion-mnist").to_dict()
     models = {m: {"model_spec": load_spec(m)} for m in ("patch-tokenpool", "wavelet-tokenpool", "patch")}
-    run = SimpleNamespace(meta={"dataset": {"info": info}, "models": models})
+    run = _meta_only({"dataset": {"info": info}, "models": models})
     assert rc.assignment_only_models([run]) == {"patch-tokenpool"}
-    unbuildable = SimpleNamespace(meta={"models": models})  # no data set info: nothing is known
+    unbuildable = _meta_only({"models": models})  # no data set info: nothing is known
     assert rc.assignment_only_models([unbuildable]) == set()
 
 

@@ -8,6 +8,7 @@ skipped entries gives the records of the suite without them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -21,6 +22,7 @@ from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.models.zoo import load_spec
 from robustbench_wave.reporting.markdown import not_as_written
+from robustbench_wave.reporting.runs import RunFolder
 from tests.support.attack_models import labelled, patch_model, small_cnn
 from tests.support.byom_models import TINY_BODY
 
@@ -108,7 +110,7 @@ def test_skipped_entries_leave_the_others_records_and_are_said_once(caplog: pyte
     said = [r.getMessage() for r in caplog.records if "on toy" in r.getMessage()]
     assert sorted(said) == sorted(f"skipping {name} on toy: {why}" for name, why in skipped.items())
     assert "plan" not in plain.meta["models"]["toy"]  # a suite that runs as written: meta as before
-    lines = not_as_written([SimpleNamespace(meta=full.meta)])
+    lines = not_as_written([RunFolder(Path("run"), full.records, full.meta)])
     assert lines == [f"- `{name}` on `toy`: skipped ({why})" for name, why in skipped.items()]
 
 

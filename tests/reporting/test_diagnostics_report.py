@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from robustbench_wave import report
+from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, parse_suite
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.metrics import summarize
 from robustbench_wave.evaluation.result import EvaluationResult
-from robustbench_wave.reporting.finalize import finalize_run
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.plots import accuracy_curves, plot_energy_removed, write_figures
 from robustbench_wave.reporting.runs import REPORT_FILE

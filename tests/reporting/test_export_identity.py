@@ -4,10 +4,13 @@ CIFAR-10 read from the image-folder zip is CIFAR-10, exported at RobustBench's 8
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
+from pathlib import Path
+
+import pandas as pd
 
 from robustbench_wave.data import dataset_info
 from robustbench_wave.reporting.export import _dataset, benchmark, export_eps
+from robustbench_wave.reporting.runs import RunFolder
 
 GRID = [2 / 255, 4 / 255, 8 / 255]
 ZIP = "imagefolder:../shared/data/cifar10-jpeg.zip"
@@ -23,7 +26,9 @@ def test_cifar10_from_the_image_folder_is_cifar10():
     assert benchmark(ZIP, _zip_info()) == "cifar10"
     assert export_eps(benchmark(ZIP, _zip_info()), "Linf", GRID)[0] == 8 / 255
     assert export_eps(ZIP, "Linf", GRID)[0] == 4 / 255  # by name (the old rule): the grid's middle
-    run = SimpleNamespace(meta={"dataset": {"name": ZIP, "info": _zip_info()}, "data_sha256": "x"})
+    run = RunFolder(
+        Path("run"), pd.DataFrame(), {"dataset": {"name": ZIP, "info": _zip_info()}, "data_sha256": "x"}
+    )
     assert _dataset([run]) == "cifar10"  # also the model_info folder and the JSON's "dataset"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from robustbench_wave.analysis.verdict import judge
-from robustbench_wave.reporting.finalize import recorded_modes
+from robustbench_wave.attackrun.measure import recorded_modes
 from robustbench_wave.reporting.markdown import diagnostics_markdown
 from robustbench_wave.reporting.runs import RunFolder
 from tests.support.external_models import quantized_linear

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with, family_spec, list_families
+from robustbench_wave.evaluation.meta_sections import ModelsMeta
 from robustbench_wave.evaluation.metrics import (
     binomial_tail,
     clean_correct,
@@ -279,13 +280,13 @@ def self_transfer_models(meta: Mapping[str, Any] | None) -> set[str]:
     ``models[NAME].surrogate``): the same weights (``param_sha256``) when both hashes are recorded, else the
     same name."""
     out: set[str] = set()
-    for name, entry in ((meta or {}).get("models") or {}).items():
-        surrogate = entry.get("surrogate") if isinstance(entry, Mapping) else None
-        if not isinstance(surrogate, Mapping):
+    for entry in ModelsMeta.from_meta(meta or {}).values():
+        surrogate = entry.surrogate
+        if surrogate is None:
             continue
-        own, theirs = entry.get("param_sha256"), surrogate.get("param_sha256")
-        if (own and theirs and own == theirs) or (not (own and theirs) and surrogate.get("name") == name):
-            out.add(str(name))
+        own, theirs = entry.param_sha256, surrogate.param_sha256
+        if (own and theirs and own == theirs) or (not (own and theirs) and surrogate.name == entry.name):
+            out.add(entry.name)
     return out
 
 

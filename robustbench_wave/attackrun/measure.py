@@ -1,11 +1,12 @@
-"""The last step of an attack run: what the benchmark's records alone do not give, then the report.
+"""The attacks an attack run's last step runs beyond its suite, then the report.
 
 :func:`finalize_run` takes a saved run folder and the models and images it evaluated, measures the energy
-sparsification removes from a perturbation (:mod:`robustbench_wave.analysis.energy`), runs the
-gradient-masking checklist per model (:mod:`robustbench_wave.analysis.diagnostics`; Carlini et al. 2019,
-Athalye et al. 2018, Croce & Hein 2020) and writes ``report.md`` with the verdict and figures
-(:func:`robustbench_wave.reporting.markdown.write_report`). Every attack of the run, the low-frequency attack
-included, is a suite entry whose records are already in ``records.csv.gz``; nothing here adds records.
+sparsification removes from a perturbation (:mod:`robustbench_wave.analysis.energy`: its own PGD), runs the
+gradient-masking checklist per model (:mod:`robustbench_wave.analysis.diagnostics`: its subset attacks;
+Carlini et al. 2019, Athalye et al. 2018, Croce & Hein 2020), writes ``energy.csv`` and
+``diagnostics.csv/json``, and hands the folder to :func:`robustbench_wave.reporting.markdown.write_report`,
+which renders from those files alone. Every attack of the run, the low-frequency attack included, is a suite
+entry whose records are already in ``records.csv.gz``; nothing here adds records.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from robustbench_wave.attacks import (
     find_wavelet_front_end,
     modes_for,
 )
+from robustbench_wave.evaluation.meta_sections import AttacksMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
@@ -137,9 +139,9 @@ def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_di
 
 def _suite_steps(meta: Mapping[str, Any], families: Sequence[str], threat: str) -> int | None:
     """The ``steps`` of the run's first suite entry of one of ``families`` at ``threat`` (None when none)."""
-    for entry in (meta.get("attacks") or {}).values():
-        if entry.get("family") in families and entry.get("threat") == threat:
-            steps = (entry.get("params") or {}).get("steps")
+    for entry in AttacksMeta.from_meta(meta).values():
+        if entry.family in families and entry.threat == threat:
+            steps = entry.params.get("steps")
             if steps is not None:
                 return int(steps)
     return None
