@@ -124,10 +124,22 @@ class AttackEntry:
         ids: torch.Tensor,
         eps: float,
         context: RunContext,
+        block_seed: int = 0,
     ) -> AttackRequest:
-        """The runner call for this entry on these points at budget ``eps``."""
+        """The runner call for this entry on these points at budget ``eps`` (``block_seed``: the seed of
+        their id block's library attacks)."""
         return AttackRequest(
-            model, images, labels, ids, eps, self.threat, self.params, self.name, self.family, context
+            model,
+            images,
+            labels,
+            ids,
+            eps,
+            self.threat,
+            self.params,
+            self.name,
+            self.family,
+            context,
+            block_seed,
         )
 
     def to_dict(self) -> dict[str, Any]:

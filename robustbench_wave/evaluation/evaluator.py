@@ -206,10 +206,11 @@ def _fitted_params(plan: Plan) -> dict[str, dict[str, Any]]:
 
 @contextmanager
 def _attack_context(
-    model: nn.Module, surrogate: nn.Module | None, seed: int, num_classes: int | None
+    model: nn.Module, surrogate: nn.Module | None, seed: int, num_classes: int | None, eot_rows: int
 ) -> Iterator[RunContext]:
     """Target and surrogate in attack mode (restored on exit); the surrogate always with exact gradients.
-    ``num_classes`` (the data set's, when known) is what targeted attacks aim at."""
+    ``num_classes`` (the data set's, when known) is what targeted attacks aim at; ``eot_rows`` the rows of a
+    batched EOT forward (:attr:`EotPlan.draw_rows`)."""
     with ExitStack() as stack:
         stack.enter_context(attack_mode(model))
         if surrogate is not None:
@@ -219,6 +220,7 @@ def _attack_context(
             seed=seed,
             surrogate=GradSafe(surrogate) if surrogate is not None else None,
             num_classes=num_classes,
+            eot_rows=eot_rows,
         )
 
 
@@ -548,8 +550,7 @@ def evaluate(
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     predictor = _predictor(eot, settings.seed, batch_size, dev)
-    with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
-        ctx.eot_rows = eot.draw_rows
+    with _attack_context(model, surrogate, settings.seed, settings.num_classes, eot.draw_rows) as ctx:
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
         if prior_records is not None:
             run.state.apply_records(prior_records, run.ids.tolist())
