@@ -56,6 +56,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from robustbench_wave.attacks import (
+    DEFAULT_SUITE,
     AttackEntry,
     GradSafe,
     RunContext,
@@ -82,7 +83,14 @@ from robustbench_wave.evaluation.eot import EotPlan, decide
 from robustbench_wave.evaluation.execute import Predictor, Progress, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
 from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
-from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
+from robustbench_wave.evaluation.plan import (
+    DEFAULT_BATCH_SIZE,
+    SHARED,
+    CrossPlan,
+    EvalSettings,
+    Examples,
+    Plan,
+)
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.models.frontend import MODE_NAMES, GradMode, grad_mode, offered_modes, parse_mode
@@ -501,13 +509,13 @@ def evaluate(
     model: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
-    suite: str | Path | Suite = "default",
+    suite: str | Path | Suite = DEFAULT_SUITE,
     settings: EvalSettings | None = None,
     *,
     surrogate: nn.Module | None = None,
     surrogate_name: str | None = None,
     example_ids: Sequence[int] | torch.Tensor | None = None,
-    batch_size: int = 128,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     device: str | torch.device | None = None,
     progress: bool = True,
     cache_dir: str | Path | None = None,

@@ -36,6 +36,7 @@ from robustbench_wave.attacks import (
     modes_for,
 )
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.markdown import write_report
@@ -65,7 +66,7 @@ def finalize_run(
     energy_steps: int | None = None,
     seed: int = 0,
     baseline: str | None = None,
-    batch_size: int = 128,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> Path:
     """Energy, diagnostics, figures, verdict and ``report.md`` for a saved run; returns the report's path.
 
