@@ -2,18 +2,20 @@
 (``benchmark(model, n_examples=..., dataset=..., threat_model=..., eps=..., device=..., batch_size=...)``), and
 get back what the attack command writes: the tables, the gradient-masking checklist and the verdict.
 
-It is the attack command run from Python, not a second implementation: the keywords become the command's
-flags and are parsed by its parser (:func:`robustbench_wave.attack.resolve`), so every default -- the suite,
-``cross_check``, the gradient modes, EOT, the surrogate -- is the command line's, and bad input is refused the
-same way (here as ValueError). The model is a zoo name, an external reference (``timm:ARCH``,
-``MODULE:FACTORY``) or an ``nn.Module`` already in memory taking [0, 1] images to logits; the run folder goes
-to ``out`` (kept, resumable) or to a temporary folder that is removed once its files are read back.
+It is the attack command's run from Python, not a second implementation: the keywords build the same
+:class:`~robustbench_wave.attackrun.RunSettings` and :class:`~robustbench_wave.attackrun.RunOptions` the
+command builds from its flags, and a keyword left at None takes the field's default -- the command's flag
+default, read from the same field -- (the suite, ``cross_check``, the gradient modes, EOT, the surrogate); bad
+input is refused with the same checks (ValueError). The model is a zoo name, an external reference
+(``timm:ARCH``, ``MODULE:FACTORY``, with ``weights``) or an ``nn.Module`` already in memory taking [0, 1] images
+to logits; the run folder goes to ``out`` (kept, resumable) or to a temporary folder that is removed once its
+files are read back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import dataclasses
 import json
 import logging
 import math
@@ -27,10 +29,11 @@ from typing import Any
 import pandas as pd
 from torch import nn
 
-from robustbench_wave import attack, attackrun
-from robustbench_wave.attacks import parse_eps
+from robustbench_wave import attackrun
+from robustbench_wave.attacks import DEFAULT_SUITE, Suite, parse_eps, parse_threat
 from robustbench_wave.distributed import DistContext, resolve_device
 from robustbench_wave.evaluation.chunks import tensor_sha256
+from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import (
     check_on_grid,
     clean_correct,
@@ -88,10 +91,13 @@ def benchmark(
     *,
     eps: float | str | Sequence[float | str] | None = None,
     suite: str | None = None,
+    attacks: Sequence[str] | None = None,
     model_name: str | None = None,
+    weights: str | Path | None = None,
     device: str | None = None,
     batch_size: int | None = None,
     seed: int | None = None,
+    train_seed: int | None = None,
     cross_check: str | None = None,
     grad_modes: Sequence[str] | None = None,
     eot: str | None = None,
@@ -100,80 +106,109 @@ def benchmark(
     progress: bool | None = None,
     results_dir: str | Path | None = None,
     out: str | Path | None = None,
-    flags: Sequence[str] = (),
+    overwrite: bool = False,
 ) -> BenchmarkResult:
     """Attack ``model`` with a suite on the first ``n_examples`` test images of ``dataset``, run the checklist
     and the verdict, and return the tables (:class:`BenchmarkResult`). A keyword left at None takes the attack
-    command's default (``python -m robustbench_wave.attack --help``); ``flags`` passes any other of its flags
-    as written there, e.g. ``["--train-seed", "1"]``. ``eps`` (a number, a fraction such as ``"8/255"``, or
-    several) is the grid: the suite's attacks of ``threat_model`` run at exactly these budgets (``--eps``), the
-    other threats not at all, and ``robust_accuracy`` is at the largest; without it, the suite's grid and its
-    reference budget (declared, else the middle of the grid). An in-memory model is put in
-    eval mode and attacked under the record name ``model_name`` (default ``model``); ``results_dir`` is where
-    trained zoo models (and the default transfer surrogate) are found. ``progress`` shows the attack's
-    progress bars (default: when run interactively, :func:`interactive`). ValueError on bad input."""
+    command's default (``python -m robustbench_wave.attack --help``: the defaults of
+    :class:`~robustbench_wave.attackrun.RunSettings` and :class:`~robustbench_wave.attackrun.RunOptions`).
+    ``eps`` (a number, a fraction such as ``"8/255"``, or several) is the grid: the suite's attacks of
+    ``threat_model`` run at exactly these budgets (``--eps``), the other threats not at all, and
+    ``robust_accuracy`` is at the largest; without it, the suite's grid and its reference budget (declared,
+    else the middle of the grid). ``attacks`` keeps only these suite entries (``--attacks``). An in-memory
+    model is put in eval mode and attacked under the record name ``model_name`` (default ``model``); a
+    ``timm:ARCH`` / ``MODULE:FACTORY`` reference loads ``weights`` (safetensors); ``results_dir`` is where
+    trained zoo models (and the default transfer surrogate) are found; ``overwrite`` replaces a run of another
+    configuration in ``out``. ``progress`` shows the attack's progress bars (default: when run interactively,
+    :func:`interactive`). ValueError on bad input."""
     name = model if isinstance(model, str) else (model_name or DEFAULT_MODEL_NAME)
-    argv = _argv(name, locals()) + list(flags)  # locals(): the keywords, before any other local exists
+    request = attackrun.parse_grad_modes(grad_modes) if grad_modes else attackrun.GradModeRequest()
+    settings = _run_settings(
+        name, weights, request, n_examples, dataset, seed, train_seed, cross_check, eot, surrogate
+    )
+    chosen_suite = _suite(suite, attacks, threat_model, eps)
     with contextlib.ExitStack() as stack:
-        if out is None:
-            argv += ["--out", stack.enter_context(tempfile.TemporaryDirectory(prefix="rbw-benchmark-"))]
-        settings, options, suite_, modes = _resolve(argv)
+        folder = (
+            out
+            if out is not None
+            else stack.enter_context(tempfile.TemporaryDirectory(prefix="rbw-benchmark-"))
+        )
+        options = attackrun.RunOptions(
+            results_dir=Path(_given(results_dir, attackrun.RunOptions.results_dir)),
+            out=Path(folder),
+            overwrite=overwrite,
+            batch_size=_given(batch_size, attackrun.RunOptions.batch_size),
+            progress=interactive() if progress is None else progress,
+            finalize=attackrun.FinalizeOptions(diagnostics=diagnostics),
+        )
+        attackrun.check_run(settings, options)
         loaded = None if isinstance(model, str) else {name: (model.eval(), _meta(model))}
-        command = f"robustbench_wave.benchmark({', '.join(argv)})"
-        try:
-            job = attackrun.prepare_job(settings, options, suite_, modes, command, _echo, loaded=loaded)
-            attackrun.run_job(job, Shard(), DistContext(device=resolve_device(device or "auto")))
-        except SystemExit as err:  # the attack command's one-line refusals
-            raise ValueError(str(err.code)) from None
+        command = f"robustbench_wave.benchmark({name!r}, threat_model={threat_model!r}, eps={eps!r})"
+        job = attackrun.prepare_job(settings, options, chosen_suite, command, _echo, loaded=loaded)
+        attackrun.run_job(job, Shard(), DistContext(device=resolve_device(device or "auto")))
         return _read_back(job.run_dir, settings.key(name), threat_model, kept=out is not None)
 
 
-#: Keyword -> attack command flag, for the keywords given as values.
-_FLAGS = {
-    "n_examples": "--n-examples", "dataset": "--dataset", "suite": "--suite", "device": "--device",
-    "batch_size": "--batch-size", "seed": "--seed", "cross_check": "--cross-check", "eot": "--eot",
-    "surrogate": "--surrogate", "results_dir": "--results-dir", "out": "--out",
-}  # fmt: skip
-
-
-def _argv(name: str, given: dict[str, Any]) -> list[str]:
-    """The attack command's arguments for the keywords that were given (None: the command's default)."""
-    progress = given.get("progress")
-    argv = ["--model", name] + (
-        [] if (interactive() if progress is None else progress) else ["--no-progress"]
+def _run_settings(
+    name: str,
+    weights: str | Path | None,
+    grad_modes: attackrun.GradModeRequest,
+    n_examples: int | None,
+    dataset: str | None,
+    seed: int | None,
+    train_seed: int | None,
+    cross_check: str | None,
+    eot: str | None,
+    surrogate: str | None,
+) -> attackrun.RunSettings:
+    """The run's settings: each keyword given replaces its field's default (None keeps it)."""
+    defaults = attackrun.RunSettings.evaluation
+    evaluation = dataclasses.replace(
+        defaults,
+        dataset=_given(dataset, defaults.dataset),
+        seed=_given(seed, defaults.seed),
+        cross_check=_given(cross_check, defaults.cross_check),
+        eot=defaults.eot if eot is None else EotSettings(eot),
     )
-    argv += [a for key, flag in _FLAGS.items() if given[key] is not None for a in (flag, str(given[key]))]
-    argv += [a for mode in given["grad_modes"] or () for a in ("--grad-modes", mode)]
-    argv += [a for e in _budget_list(given["eps"]) for a in ("--eps", f"{given['threat_model']}={e}")]
-    return argv + ([] if given["diagnostics"] else ["--no-diagnostics"])
+    surrogate = _given(surrogate, attackrun.RunSettings.surrogate)
+    flags = attackrun.ExternalFlags([name], surrogate, {name: str(weights)} if weights is not None else None)
+    return attackrun.RunSettings(
+        [name],
+        evaluation,
+        n_examples=_given(n_examples, attackrun.RunSettings.n_examples),
+        train_seed=_given(train_seed, attackrun.RunSettings.train_seed),
+        grad_modes=grad_modes,
+        surrogate=surrogate,
+        external=attackrun.external_specs(flags),
+    )
 
 
-def _budget_list(eps: Any) -> list[str]:
-    """``eps`` as the attack command's budget texts (none for None)."""
+def _suite(
+    suite: str | None,
+    attacks: Sequence[str] | None,
+    threat: str,
+    eps: float | str | Sequence[float | str] | None,
+) -> Suite:
+    """The suite (only the ``attacks`` named, clean kept) at the budgets ``eps`` of ``threat``, if given."""
+    chosen = attackrun.select_suite(suite or DEFAULT_SUITE, None if attacks is None else ",".join(attacks))
     if eps is None:
-        return []
+        return chosen
     values = [eps] if isinstance(eps, str | int | float) else list(eps)
     if not values:
         raise ValueError("eps names no budget; give a number, a fraction string or several")
-    return [e if isinstance(e, str) else repr(float(e)) for e in values]
+    budgets = tuple(parse_eps(e, where=f"eps {threat}") for e in values)
+    return chosen.with_budgets({parse_threat(threat, "threat_model"): budgets})
+
+
+def _given(value: Any, default: Any) -> Any:
+    """A keyword's value, or its field's default when it was left at None."""
+    return default if value is None else value
 
 
 def interactive() -> bool:
     """A person is watching: a terminal on stderr (where the bars go) or a Jupyter kernel (tqdm.auto's
     widgets)."""
     return "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
-
-
-def _resolve(argv: list[str]) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Any, list[str]]:
-    """:func:`robustbench_wave.attack.resolve`, its refusals (argparse's line on stderr, or SystemExit's
-    message) as ValueError."""
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            return attack.resolve(argv)
-    except SystemExit as err:
-        message = err.code if isinstance(err.code, str) else stderr.getvalue().strip()
-        raise ValueError(message or f"the attack command refused {argv} (exit {err.code})") from None
 
 
 def _meta(model: nn.Module) -> dict[str, Any]:

@@ -5,7 +5,8 @@
     python -m robustbench_wave.attack ... --shard 2/4            # one shard as its own job (report merge RUN)
 
 This module parses and checks the flags (before anything is written), builds the run's
-:class:`~robustbench_wave.attackrun.RunSettings` and :class:`~robustbench_wave.attackrun.RunOptions` and
+:class:`~robustbench_wave.attackrun.RunSettings` and :class:`~robustbench_wave.attackrun.RunOptions` (whose
+fields give the flags their defaults, as they do ``robustbench_wave.benchmark``'s keywords) and
 calls :mod:`robustbench_wave.attackrun`, which owns the run folder ``<out>/attack/<dataset-slug>/<run-name>/``
 from its ``config.json`` to its report: models (zoo checkpoints, or ``timm:NAME`` / ``MODULE:FACTORY`` with
 ``--weights``), overwrite rules, resume from ``chunks/``, shards and finalize.
@@ -14,6 +15,7 @@ from its ``config.json`` to its report: models (zoo checkpoints, or ``timm:NAME`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -21,22 +23,24 @@ from pathlib import Path
 import torch
 
 from robustbench_wave import attackrun, runfolder
-from robustbench_wave.attacks import BACKENDS, Suite, list_suites
+from robustbench_wave.attackrun import RunOptions, RunSettings
+from robustbench_wave.attacks import BACKENDS, DEFAULT_SUITE, Suite, list_suites
 from robustbench_wave.cli import (
     BareMeans,
     ListAction,
     Parser,
     add_verbosity,
     command_line,
+    field_default,
     non_negative_int,
     positive_int,
     setup_logging,
 )
 from robustbench_wave.data import describe_datasets
 from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
-from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EOT_ITER, EotMode
+from robustbench_wave.evaluation.eot import EOT_ITER, EotMode, EotSettings
 from robustbench_wave.evaluation.plan import CrossCheck
-from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
+from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import TIMM_NAMES_HINT
 from robustbench_wave.tracking import check_tensorboard
 
@@ -87,7 +91,7 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--suite",
-        default="default",
+        default=DEFAULT_SUITE,
         help=f"attack suite: a name in attacks/ ({', '.join(list_suites())}) or a TOML path",
     )
     p.add_argument(
@@ -99,28 +103,31 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--dataset",
-        default="fashion-mnist",
+        default=RunSettings.evaluation.dataset,
         help=f"data set spec the models were trained on: {describe_datasets()}",
     )
-    p.add_argument("--n-examples", type=positive_int, default=1000, help="attack the first N test images")
+    p.add_argument(
+        "--n-examples", type=positive_int, default=RunSettings.n_examples, help="attack the first N test images"
+    )  # fmt: skip
     p.add_argument(
         "--batch-size",
         type=positive_int,
-        default=128,
+        default=RunOptions.batch_size,
         help="examples per forward/backward pass (memory only: results do not depend on it)",
     )
     p.add_argument(
         "--seed",
         type=non_negative_int,
-        default=0,
+        default=RunSettings.evaluation.seed,
         help="attack seed (random starts, noise, library attack blocks)",
     )
     p.add_argument(
-        "--train-seed", type=non_negative_int, default=0, help="which training run (seed-<s>) to load"
-    )
+        "--train-seed", type=non_negative_int, default=RunSettings.train_seed,
+        help="which training run (seed-<s>) to load",
+    )  # fmt: skip
     p.add_argument(
         "--backend",
-        default="auto",
+        default=RunSettings.evaluation.backend,
         choices=["auto", *BACKENDS],
         help="implementation for attacks that several backends provide; auto = builtin PGD, "
         "torchattacks FGSM/APGD/Square. The backend of every record is saved with it",
@@ -130,7 +137,7 @@ def get_args_parser() -> Parser:
         action=BareMeans,
         nargs="?",
         bare=CrossCheck.ALL.value,
-        default=CrossCheck.HEADLINE.value,
+        default=RunSettings.evaluation.cross_check,
         choices=[c.value for c in CrossCheck],
         help="where every other back-end of each gradient attack also runs, on the points the primary one "
         "attacked: 'headline' (default) = each threat's reference budget (the suite's declared one, else the "
@@ -141,7 +148,7 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--eot",
         choices=[m.value for m in EotMode],
-        default=EotMode.AUTO.value,
+        default=RunSettings.evaluation.eot.mode,
         help="randomised models (two forwards of a batch differ, tested before the attacks): 'auto' (default) "
         f"attacks them with AutoAttack's 'rand' protocol: {EOT_ITER} EOT iterations in every gradient attack "
         "that has them (the others are skipped, said in the report), each prediction, clean included, the "
@@ -153,22 +160,25 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--eot-draws",
         type=positive_int,
-        default=DEFAULT_DRAWS,
+        default=RunSettings.evaluation.eot.draws,
         metavar="K",
         help=f"draws per prediction of a randomised model, or of every model under --eot on (default "
-        f"{DEFAULT_DRAWS}: odd, so two classes never tie)",
+        f"{RunSettings.evaluation.eot.draws}: odd, so two classes never tie)",
     )
     attackrun.add_request_flags(p)
     p.add_argument(
         "--surrogate",
-        default=attackrun.AUTO_SURROGATE,
+        default=RunSettings.surrogate,
         help="model whose exact gradients craft the transfer attack: a zoo NAME or an external reference "
         f"like --model; 'none' skips transfer; '{attackrun.AUTO_SURROGATE}' (the default) = the --baseline, "
         f"else the zoo {attackrun.AUTO_SURROGATE_MODEL} of the same --train-seed when it is trained for the "
         "data set, else none (config.json records the choice, report.md says why)",
     )
     p.add_argument("--baseline", default=None, metavar="MODEL", help=attackrun.BASELINE_HELP)
-    p.add_argument("--escalation", choices=attackrun.ESCALATION_CHOICES, **attackrun.ESCALATION_FLAG)
+    p.add_argument(
+        "--escalation", choices=attackrun.ESCALATION_CHOICES, default=RunSettings.escalation,
+        help=attackrun.ESCALATION_HELP,
+    )  # fmt: skip
     p.add_argument(
         "--surrogate-weights",
         default=None,
@@ -192,7 +202,7 @@ def get_args_parser() -> Parser:
     )
     p.add_argument(
         "--results-dir",
-        default=Path("results"),
+        default=RunOptions.results_dir,
         type=Path,
         help="results root, the train command's --results-dir: trained runs are read from RESULTS_DIR/train/ "
         "and the run goes to RESULTS_DIR/attack/<dataset>/<run-name>",
@@ -238,7 +248,7 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--compile",
         choices=[m.value for m in CompileMode],
-        default=compile_mode_from_env().value,
+        default=field_default(RunSettings, "compile"),
         help="run the models through torch.compile (default: $RBW_COMPILE, else off). Compiled kernels reorder "
         "float operations, so records differ from eager ones in the last bits and the mode is part of the run; "
         "on the 2-core CPU it did not pay (benchmarks/README.md)",
@@ -280,70 +290,62 @@ def get_args_parser() -> Parser:
 
 #: Flags that are :class:`~robustbench_wave.attackrun.RunSettings` fields of the same name.
 SETTINGS_FLAGS = (
-    "dataset", "n_examples", "seed", "train_seed", "backend", "grad_modes", "surrogate", "skip_broken",
-    "cross_check", "compile", "save_adversarial", "eot", "eot_draws", "baseline", "escalation",
+    "n_examples", "train_seed", "surrogate", "compile", "save_adversarial", "baseline", "escalation",
 )  # fmt: skip
 
 
-def _settings(args: argparse.Namespace) -> attackrun.RunSettings:
+def _settings(args: argparse.Namespace) -> RunSettings:
     flags = attackrun.ExternalFlags(
         args.model, args.surrogate, args.weights, args.surrogate_weights, args.num_classes, args.img_size,
         args.normalize, args.name,
     )  # fmt: skip
-    try:  # config.json keeps --grad-modes as one line ("": each model's offered modes, the config as before)
+    evaluation = dataclasses.replace(
+        RunSettings.evaluation, dataset=args.dataset, backend=args.backend, seed=args.seed,
+        skip_broken=args.skip_broken, cross_check=args.cross_check, eot=EotSettings(args.eot, args.eot_draws),
+    )  # fmt: skip
+    named = {name: getattr(args, name) for name in SETTINGS_FLAGS}
+    try:
+        modes = (
+            attackrun.parse_grad_modes(args.grad_modes) if args.grad_modes else attackrun.GradModeRequest()
+        )
         external = attackrun.external_specs(flags)
-        modes = "" if args.grad_modes is None else attackrun.parse_grad_modes(args.grad_modes).to_text()
+        settings = RunSettings(args.model, evaluation, grad_modes=modes, external=external, **named)
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    named = {name: getattr(args, name) for name in SETTINGS_FLAGS} | {"grad_modes": modes}
-    return attackrun.baseline_reference(attackrun.RunSettings(models=args.model, external=external, **named))
+    return attackrun.baseline_reference(settings)
 
 
-def _options(args: argparse.Namespace) -> attackrun.RunOptions:
-    finalize = attackrun.FinalizeOptions(
-        args.diagnostics, args.n_diagnostics, args.diagnostics_steps, args.batch_size, args.seed
-    )
-    return attackrun.RunOptions(
-        args.results_dir, _out(args), args.run_name, args.overwrite, args.batch_size, args.progress,
+def _options(args: argparse.Namespace) -> RunOptions:
+    finalize = attackrun.FinalizeOptions(args.diagnostics, args.n_diagnostics, args.diagnostics_steps)
+    return RunOptions(
+        args.results_dir, args.out, args.run_name, args.overwrite, args.batch_size, args.progress,
         args.tensorboard, finalize,
     )  # fmt: skip
 
 
-def _out(args: argparse.Namespace) -> Path:
-    """Where the run goes: ``--out``, else the ``--results-dir`` the models come from."""
-    return args.out if args.out is not None else args.results_dir
-
-
-def _check_flags(
-    args: argparse.Namespace, settings: attackrun.RunSettings
-) -> tuple[Suite, attackrun.GradModeRequest]:
-    """The checks that need no data: --out, the model names, the suite, its budgets and the gradient modes
-    (their names; whether each model offers them is checked once it is loaded, still before any write)."""
+def _suite(args: argparse.Namespace, settings: RunSettings, options: RunOptions) -> Suite:
+    """The checks that need no data (--out, the model names, --tensorboard, the gradient modes' models: whether
+    each model offers its modes is checked once it is loaded, still before any write), and the suite at its
+    budgets."""
     try:
-        attackrun.check_names(settings, _out(args), args.run_name)
+        attackrun.check_run(settings, options)
         if args.tensorboard is not None:
             runfolder.check_writable_root(args.tensorboard, "--tensorboard")
             check_tensorboard()
         suite = attackrun.select_suite(
             args.suite, None if args.attacks is None else ",".join(dict.fromkeys(args.attacks))
         )
-        suite = attackrun.suite_at_budgets(suite, args.eps, args.reference_eps)
-        request = attackrun.parse_grad_modes(settings.grad_modes)
-        attackrun.check_grad_mode_models(request, settings)
-        return suite, request
+        return attackrun.suite_at_budgets(suite, args.eps, args.reference_eps)
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
 
-def resolve(
-    argv: list[str],
-) -> tuple[attackrun.RunSettings, attackrun.RunOptions, Suite, attackrun.GradModeRequest]:
-    """What an invocation means before any data is loaded: its settings, options, suite (at its budgets) and
-    gradient-mode request (``robustbench_wave.benchmark`` calls it, so its defaults are this command's);
-    SystemExit on bad input."""
+def resolve(argv: list[str]) -> tuple[RunSettings, RunOptions, Suite]:
+    """What an invocation means before any data is loaded: its settings (the gradient-mode request among
+    them), options and suite (at its budgets); SystemExit on bad input."""
     args = get_args_parser().parse_args(argv)
-    settings = _settings(args)
-    return (settings, _options(args), *_check_flags(args, settings))
+    settings, options = _settings(args), _options(args)
+    return settings, options, _suite(args, settings, options)
 
 
 def _configure_logging(args: argparse.Namespace, ctx: DistContext) -> None:
@@ -369,15 +371,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads > 0:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = attackrun.choose_shard(args.shard, ctx)
-        settings = _settings(args)
-        suite, modes = _check_flags(args, settings)
+        settings, options = _settings(args), _options(args)
+        suite = _suite(args, settings, options)
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
-        job = attackrun.prepare_job(settings, _options(args), suite, modes, command, echo)
+        job = attackrun.prepare_job(settings, options, suite, command, echo)
         for line in attackrun.gradient_path_lines(job) if ctx.rank == 0 else ():
             echo(line)
         if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)
             attackrun.check_shards(job, [shard])
         attackrun.run_job(job, shard, ctx)
+    except attackrun.RunRefused as err:  # a model that cannot be loaded, a busy run folder ...
+        raise SystemExit(str(err)) from None
     finally:
         shutdown(ctx)
     return 0

@@ -9,6 +9,7 @@ Only the command lines (``train``, ``attack``, ``report``, ``gallery``) import t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shlex
 from collections.abc import Callable, Sequence
@@ -217,6 +218,13 @@ def positive_float(text: str) -> float:
     if not value > 0.0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
     return value
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of the dataclass ``cls``'s field ``name`` (its factory called): a flag's default read from
+    the dataclass the command builds, so the command line and the Python API cannot disagree."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
 
 
 def command_line(module: str, argv: Sequence[str], world_size: int = 1, local_world_size: int = 1) -> str:

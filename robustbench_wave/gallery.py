@@ -37,7 +37,7 @@ from robustbench_wave.cli import (
     setup_logging,
 )
 from robustbench_wave.data import dataset_info, describe_datasets
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, SURROGATE_CNN
+from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE
 from robustbench_wave.defenses.table import load_gallery_runs, title
 from robustbench_wave.models.external import ExternalSpec, is_external
 from robustbench_wave.models.gallery import GALLERY
@@ -80,7 +80,7 @@ def get_args_parser() -> Parser:
         ),
     )
     p.add_argument(
-        "--dataset", default="fashion-mnist",
+        "--dataset", default=defenses.AttackOptions.dataset,
         help=f"a gray data set for the gallery's defences (any for yours): {describe_datasets()}",
     )  # fmt: skip
     p.add_argument(
@@ -115,7 +115,9 @@ def get_args_parser() -> Parser:
         default=defenses.GALLERY_RECIPE.epochs,
         help="epochs of the shared recipe",
     )
-    train.add_argument("--train-seed", type=non_negative_int, default=0, help="training seed")
+    train.add_argument(
+        "--train-seed", type=non_negative_int, default=defenses.TrainOptions.seed, help="training seed"
+    )
     train.add_argument("--train-subset", type=count_or_all, default=None, help="train on N images ('all')")
     p.add_alias(
         "--test-subset",
@@ -136,12 +138,21 @@ def get_args_parser() -> Parser:
     )
     attack = p.add_argument_group("attack and table")
     attack.add_argument(
-        "--suite", default="headline", help="attack suite of every run (a name or a TOML path)"
+        "--suite",
+        default=defenses.AttackOptions.suite,
+        help="attack suite of every run (a name or a TOML path)",
     )
-    attack.add_argument("--n-examples", type=positive_int, default=200, help="test images per run")
-    attack.add_argument("--seed", type=non_negative_int, default=0, help="attack seed")
     attack.add_argument(
-        "--surrogate", default=SURROGATE_CNN,
+        "--n-examples",
+        type=positive_int,
+        default=defenses.AttackOptions.n_examples,
+        help="test images per run",
+    )
+    attack.add_argument(
+        "--seed", type=non_negative_int, default=defenses.AttackOptions.seed, help="attack seed"
+    )
+    attack.add_argument(
+        "--surrogate", default=defenses.AttackOptions.surrogate,
         help="transfer attacks' surrogate: 'cnn' = each defence's undefended model (the gallery CNN for the "
         "gallery's, --baseline for yours, none without one), or any attack --surrogate value for every run",
     )  # fmt: skip

@@ -4,6 +4,7 @@ can say "did you mean 'wavelet'?" instead of sending the user to train or downlo
 from __future__ import annotations
 
 import difflib
+import numbers
 from collections.abc import Iterable
 from enum import Enum
 from typing import TypeVar
@@ -36,3 +37,12 @@ def parse_enum(cls: type[E], value: str | E, what: str) -> E:
         raise ValueError(
             f"unknown {what} {value!r}{did_you_mean(str(value), choices)} (choose one of: {', '.join(choices)})"
         ) from None
+
+
+def check_whole(value: object, minimum: int, what: str) -> int:
+    """``value`` as an int when it is a whole number >= ``minimum`` (a count, a seed, a batch size); else a
+    ValueError naming ``what`` it is ("n_examples = 0 must be a whole number >= 1"). The one check of the
+    settings' whole numbers, whichever door they come through (a dataclass, a stored meta.json)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} = {value!r} must be a whole number >= {minimum}")
+    return int(value)

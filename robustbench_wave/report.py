@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.attackrun import FinalizeOptions, finish_merged_run, reaudit_run, write_merged_run
+from robustbench_wave.attackrun import ShardFinalize, finish_merged_run, reaudit_run, write_merged_run
 from robustbench_wave.cli import ListAction, Parser, add_verbosity, command_line, positive_int, setup_logging
 from robustbench_wave.evaluation.sharding import merge_shard_folders
 from robustbench_wave.report_docs import (
@@ -57,7 +57,7 @@ from robustbench_wave.report_docs import (
 from robustbench_wave.reporting.markdown import table_marks, write_report
 from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
 from robustbench_wave.reporting.tables import write_tables
-from robustbench_wave.runfolder import RunLock, check_writable_root
+from robustbench_wave.runfolder import RESULTS_ROOT, RunLock, check_writable_root
 
 #: The subcommand that reports run folders (the default: ``report RUN`` = ``report run RUN``).
 RUN = "run"
@@ -153,7 +153,7 @@ def merge_main(args: Any, argv: list[str]) -> int:
     try:
         merged, folders = merge_shard_folders(args.run_dir)
         job, config = folders[0].job, folders[0].config
-        options = FinalizeOptions.from_dict(job.finalize)
+        stored = ShardFinalize.from_dict(job.finalize)
         with RunLock(args.run_dir, hint=BUSY_HINT):
             command = command_line("robustbench_wave.report", [MERGE, *argv])
             paths = write_merged_run(args.run_dir, merged, config, command)
@@ -163,7 +163,7 @@ def merge_main(args: Any, argv: list[str]) -> int:
                 f"merged {len(folders)} shards into {args.run_dir}: {', '.join(sorted(paths))}\n"
             )
             finish_merged_run(
-                args.run_dir, config, options, diagnostics=args.diagnostics,
+                args.run_dir, config, stored, diagnostics=args.diagnostics,
                 results_dir=args.results_dir or Path(job.results_dir), device=args.device,
                 figures=args.figures, echo=_echo,
             )  # fmt: skip
@@ -261,7 +261,7 @@ REAUDIT_DESCRIPTION = (
 def _reaudit_arguments(p: Parser) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN", help="an attack run folder with adversarial/")
     p.add_argument(
-        "--results-dir", type=Path, default=Path("results"), help="where the trained runs live (train/...)"
+        "--results-dir", type=Path, default=RESULTS_ROOT, help="where the trained runs live (train/...)"
     )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument(

@@ -35,6 +35,9 @@ SAFE_NAME_RULE = "1-200 letters, digits and . _ + = - (no '/', no '..', not star
 #: The lock file inside a locked folder (kept after release: deleting a lock file races with its next user).
 LOCK_FILE = ".lock"
 
+#: The results root when none is given: trained runs under ``train/``, attack runs under ``attack/``.
+RESULTS_ROOT = Path("results")
+
 
 class FolderBusyError(ValueError):
     """Another process holds the lock on a run folder."""

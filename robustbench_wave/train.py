@@ -93,7 +93,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dataset",
-        default="fashion-mnist",
+        default=TrainConfig.dataset,
         help=f"data set spec: {describe_datasets()}",
     )
     p.add_argument(
@@ -163,7 +163,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--out",
         p.add_argument(
             "--results-dir",
-            default="results",
+            default=str(TrainConfig.out),
             help="results root, the attack command's --results-dir: runs go to "
             "RESULTS_DIR/train/<dataset>/<model>/seed-S (training writes nothing outside it; data set downloads "
             "go to --data-dir)",

@@ -1,7 +1,9 @@
 """Attack runs: one run folder from its settings to its report, below the command lines that start it.
 
 ``python -m robustbench_wave.attack`` parses flags into :class:`RunSettings` (what makes two invocations the
-same run) and :class:`RunOptions` (how it runs and where it writes), then calls this package:
+same run) and :class:`RunOptions` (how it runs and where it writes), whose fields give the flags their
+defaults; ``robustbench_wave.benchmark`` builds the same two directly. Both then call this package, which
+refuses a run it cannot honour with :class:`RunRefused` (a ValueError) before any attack:
 
 * :mod:`.settings`: the settings, the suite and gradient modes chosen, models from outside the zoo, the
   names that become folders;
@@ -34,7 +36,7 @@ from robustbench_wave.attackrun.execute import (
     run_data_sha256,
     run_job,
 )
-from robustbench_wave.attackrun.finalize import FinalizeOptions, diagnose, finalize_merged_run
+from robustbench_wave.attackrun.finalize import FinalizeOptions, ShardFinalize, diagnose, finalize_merged_run
 from robustbench_wave.attackrun.folder import (
     CHUNKS_DIR,
     LOCK_HINT,
@@ -44,7 +46,7 @@ from robustbench_wave.attackrun.folder import (
     run_folder,
     run_meta,
 )
-from robustbench_wave.attackrun.job import Job, RunOptions, gradient_path_lines, prepare_job
+from robustbench_wave.attackrun.job import Job, RunOptions, check_run, gradient_path_lines, prepare_job
 from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
 from robustbench_wave.attackrun.models import (
@@ -61,12 +63,15 @@ from robustbench_wave.attackrun.settings import (
     AUTO_SURROGATE,
     AUTO_SURROGATE_MODEL,
     BASELINE_HELP,
+    DEFAULT_DATASET,
     ESCALATION_CHOICES,
-    ESCALATION_FLAG,
+    ESCALATION_HELP,
     NO_SURROGATE,
+    RUN_EVALUATION,
     ExternalFlags,
     GradModeRequest,
     OwnedByModel,
+    RunRefused,
     RunSettings,
     add_external_flags,
     add_request_flags,
@@ -87,10 +92,12 @@ __all__ = [
     "AUTO_SURROGATE_MODEL",
     "BASELINE_HELP",
     "CHUNKS_DIR",
+    "DEFAULT_DATASET",
     "ESCALATION_CHOICES",
-    "ESCALATION_FLAG",
+    "ESCALATION_HELP",
     "LOCK_HINT",
     "NO_SURROGATE",
+    "RUN_EVALUATION",
     "RUN_FILES",
     "RUN_FOLDERS",
     "ExternalFlags",
@@ -100,7 +107,9 @@ __all__ = [
     "Loaded",
     "OwnedByModel",
     "RunOptions",
+    "RunRefused",
     "RunSettings",
+    "ShardFinalize",
     "add_external_flags",
     "add_request_flags",
     "attack_models",
@@ -108,6 +117,7 @@ __all__ = [
     "check_dataset",
     "check_grad_mode_models",
     "check_names",
+    "check_run",
     "check_shards",
     "choose_shard",
     "choose_surrogate",

@@ -20,11 +20,11 @@ import torch
 
 from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.escalation import Surrogate, after_suite
-from robustbench_wave.attackrun.finalize import diagnose
+from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
 from robustbench_wave.attackrun.models import Loaded
-from robustbench_wave.attackrun.settings import RunSettings
+from robustbench_wave.attackrun.settings import RunRefused, RunSettings
 from robustbench_wave.data import LabelledImages
 from robustbench_wave.distributed import DistContext, all_gather_object, barrier
 from robustbench_wave.evaluation import EvaluationResult, evaluate
@@ -45,7 +45,7 @@ CROSSCHECK_COLUMNS = [
 def choose_shard(shard: str | None, ctx: DistContext) -> Shard:
     """torchrun's ranks are the shards; ``--shard i/n`` is one shard as its own job; else the whole run."""
     if ctx.distributed and shard:
-        raise SystemExit(
+        raise RunRefused(
             "--shard is for jobs started without torchrun; under torchrun the ranks are the shards"
         )
     if ctx.distributed:
@@ -53,7 +53,7 @@ def choose_shard(shard: str | None, ctx: DistContext) -> Shard:
     try:
         return Shard.parse(shard) if shard else Shard()
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise RunRefused(str(err)) from None
 
 
 def rank_shard(job: Job, ctx: DistContext) -> Shard | None:
@@ -75,7 +75,7 @@ def check_shards(job: Job, shards: list[Shard]) -> None:
     n, block = len(job.data), job.suite.rng_block
     for shard in shards:
         if not shard.is_whole and not len(shard.positions(torch.arange(n), block)):
-            raise SystemExit(
+            raise RunRefused(
                 f"shard {shard.index}/{shard.count} has no examples: {n} examples make {-(-n // block)} "
                 f"seeding blocks of {block}; use n <= {-(-n // block)} shards"
             )
@@ -250,7 +250,9 @@ def run_shard_job(job: Job, shard: Shard, ctx: DistContext) -> None:
         run_n_examples=len(job.data),
         run_data_sha256=run_data_sha256(job.data),
         results_dir=str(job.options.results_dir),
-        finalize=job.options.finalize.to_dict(),
+        finalize=ShardFinalize(
+            job.options.finalize, job.options.batch_size, job.settings.evaluation.seed
+        ).to_dict(),
     ).to_dict()
     paths = result.save(folder)
     job.echo(
@@ -274,5 +276,6 @@ def run_job(job: Job, shard: Shard, ctx: DistContext) -> None:
             baseline = job.settings.key(job.settings.baseline) if job.settings.baseline else None
             diagnose(
                 job.options.finalize, job.run_dir, job.models, job.data, job.echo,
+                batch_size=job.options.batch_size, seed=job.settings.evaluation.seed,
                 surrogate=surrogate, baseline=baseline, escalate=job.settings.escalates,
             )  # fmt: skip

@@ -20,50 +20,64 @@ from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
-from robustbench_wave.attackrun.settings import NO_SURROGATE, Echo
+from robustbench_wave.attackrun.settings import NO_SURROGATE, RUN_EVALUATION, Echo
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.distributed import resolve_device
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_meta, read_run
 from robustbench_wave.models.external import ExternalSpec
+from robustbench_wave.naming import check_whole
 from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON, VERDICT_JSON
 from robustbench_wave.reporting.tables import MARK, write_tables
 
 
 @dataclass(frozen=True)
 class FinalizeOptions:
-    """How the finished run is diagnosed (a ``--shard`` job stores them for ``report merge``)."""
+    """How the finished run is diagnosed. The batch size and the seed are the run's own
+    (``RunOptions.batch_size``, the evaluation's seed), given beside these wherever they are used."""
 
     diagnostics: bool = True
     n_diagnostics: int = DIAGNOSTICS_SAMPLE
     diagnostics_steps: int = DIAGNOSTICS_STEPS
-    batch_size: int = 128
-    seed: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.diagnostics, bool):
             raise ValueError(f"finalize option diagnostics = {self.diagnostics!r} must be true or false")
-        for field, minimum in (
-            ("n_diagnostics", 1),
-            ("diagnostics_steps", 1),
-            ("batch_size", 1),
-            ("seed", 0),
-        ):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"finalize option {field} = {value!r} must be a whole number >= {minimum}")
-
-    @classmethod
-    def from_dict(cls, data: Any) -> FinalizeOptions:
-        """The options a ``--shard`` job stored in its meta.json; ValueError names a bad or unknown field."""
-        if not isinstance(data, dict):
-            raise ValueError(f"finalize options must be a JSON object, not {data!r:.60}")
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown finalize options {unknown}")
-        return cls(**data)
+        check_whole(self.n_diagnostics, 1, "finalize option n_diagnostics")
+        check_whole(self.diagnostics_steps, 1, "finalize option diagnostics_steps")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ShardFinalize:
+    """What a ``--shard`` job stores in its meta.json (``shard.finalize``) for ``report merge`` to diagnose
+    the joined run as the attack command would have: the :class:`FinalizeOptions` and the run's batch size
+    and seed, as one flat object (the keys every shard job has written)."""
+
+    options: FinalizeOptions
+    batch_size: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        check_whole(self.batch_size, 1, "finalize option batch_size")
+        check_whole(self.seed, 0, "finalize option seed")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ShardFinalize:
+        """The record a ``--shard`` job stored; ValueError names a bad, missing or unknown field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"finalize options must be a JSON object, not {data!r:.60}")
+        own = {f.name for f in dataclasses.fields(FinalizeOptions)}
+        unknown = sorted(set(data) - own - {"batch_size", "seed"})
+        if unknown:
+            raise ValueError(f"unknown finalize options {unknown}")
+        options = FinalizeOptions(**{k: v for k, v in data.items() if k in own})
+        return cls(options, data.get("batch_size", DEFAULT_BATCH_SIZE), data.get("seed", RUN_EVALUATION.seed))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.options.to_dict() | {"batch_size": self.batch_size, "seed": self.seed}
 
 
 def diagnose(
@@ -73,29 +87,29 @@ def diagnose(
     data: LabelledImages,
     echo: Echo,
     *,
+    batch_size: int,
+    seed: int,
     surrogate: Surrogate | None = None,
     baseline: str | None = None,
     escalate: bool = True,
 ) -> None:
-    """Gradient-masking checklist, figures, verdict and report.md of the finished run; a model whose every
-    gradient mode failed the checklist is escalated (transfer from ``surrogate``, the run's) and the run
-    diagnosed again (unless not ``escalate``: ``--escalation off``); finally the tables with the checklist's
-    marks (``baseline``: the verdict's)."""
+    """Gradient-masking checklist, figures, verdict and report.md of the finished run (``batch_size`` and
+    ``seed``: the run's); a model whose every gradient mode failed the checklist is escalated (transfer from
+    ``surrogate``, the run's) and the run diagnosed again (unless not ``escalate``: ``--escalation off``);
+    finally the tables with the checklist's marks (``baseline``: the verdict's)."""
     modules = {name: model for name, (model, _) in models.items()}
 
     def finalize() -> Path:
         return finalize_run(
             run_dir, modules, data.images, data.labels, data.info, n_diagnostics=options.n_diagnostics,
-            diagnostics_steps=options.diagnostics_steps, seed=options.seed, batch_size=options.batch_size,
+            diagnostics_steps=options.diagnostics_steps, seed=seed, batch_size=batch_size,
             baseline=baseline,
         )  # fmt: skip
 
     report = finalize()
     reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
     escalated = (
-        after_checklist(
-            run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=options.batch_size
-        )
+        after_checklist(run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=batch_size)
         if escalate
         else []
     )
@@ -121,7 +135,7 @@ def finalize_merged_run(
     run_dir: Path,
     config: dict[str, Any],
     results_dir: Path,
-    options: FinalizeOptions,
+    stored: ShardFinalize,
     device: str = "auto",
     *,
     echo: Echo,
@@ -138,8 +152,8 @@ def finalize_merged_run(
     if surrogate.model is not None:
         surrogate.model.to(dev)
     diagnose(
-        options, run_dir, models, data, echo, surrogate=surrogate, baseline=config.get("baseline"),
-        escalate=config.get("escalation", "auto") == "auto",
+        stored.options, run_dir, models, data, echo, batch_size=stored.batch_size, seed=stored.seed,
+        surrogate=surrogate, baseline=config.get("baseline"), escalate=config.get("escalation", "auto") == "auto",
     )  # fmt: skip
 
 

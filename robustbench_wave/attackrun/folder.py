@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from robustbench_wave import runfolder
+from robustbench_wave.attackrun.settings import RunRefused
 from robustbench_wave.data import DatasetInfo
 from robustbench_wave.distributed import DistContext, broadcast_object
 from robustbench_wave.evaluation import records as rec
@@ -108,7 +109,7 @@ def claim(folder: Path, config: dict[str, Any], overwrite: bool, ctx: DistContex
             refusal = str(err)
     refusal = broadcast_object(ctx, refusal)
     if refusal is not None:
-        raise SystemExit(refusal)
+        raise RunRefused(refusal)
 
 
 def discard_other_configuration(run_dir: Path, config: dict[str, Any]) -> None:

@@ -14,31 +14,41 @@ from robustbench_wave.attackrun.folder import run_folder
 from robustbench_wave.attackrun.models import Loaded, choose_surrogate, load_run_models, model_hashes
 from robustbench_wave.attackrun.settings import (
     Echo,
-    GradModeRequest,
+    RunRefused,
     RunSettings,
+    check_grad_mode_models,
+    check_names,
     default_run_name,
     resolve_model_modes,
 )
 from robustbench_wave.attacks import Suite
 from robustbench_wave.data import LabelledImages, load_test_images
-from robustbench_wave.evaluation.plan import check_budgets
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE, check_budgets
 from robustbench_wave.models.autobpda import gradient_path
+from robustbench_wave.naming import check_whole
+from robustbench_wave.runfolder import RESULTS_ROOT
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """What an invocation chooses beside its :class:`RunSettings`: where the trained models are read and the
     run is written, whether another configuration may be replaced, and speed, display and finishing choices
-    that never change the records."""
+    that never change the records (``batch_size`` for the attacks and the checklist alike). The attack
+    command reads its flags' defaults from these fields."""
 
-    results_dir: Path = Path("results")
-    out: Path = Path("results")
+    results_dir: Path = RESULTS_ROOT
+    out: Path | None = None  # None: results_dir
     run_name: str | None = None
     overwrite: bool = False
-    batch_size: int = 128
+    batch_size: int = DEFAULT_BATCH_SIZE
     progress: bool = True
     tensorboard: Path | None = None
     finalize: FinalizeOptions = field(default_factory=FinalizeOptions)
+
+    def __post_init__(self) -> None:
+        check_whole(self.batch_size, 1, "batch_size")
+        object.__setattr__(self, "results_dir", Path(self.results_dir))
+        object.__setattr__(self, "out", self.results_dir if self.out is None else Path(self.out))
 
 
 @dataclass(frozen=True)
@@ -48,9 +58,7 @@ class Job:
     settings: RunSettings
     options: RunOptions
     suite: Suite
-    modes: dict[
-        str, list[str]
-    ]  # record name -> the gradient modes it is attacked under (resolve_model_modes)
+    modes: dict[str, list[str]]  # record name -> its gradient modes, resolved from settings.grad_modes
     data: LabelledImages
     models: dict[str, Loaded]
     surrogate: Loaded | None
@@ -66,11 +74,11 @@ def load_run_data(settings: RunSettings, suite: Suite) -> LabelledImages:
     try:
         data = load_test_images(settings.dataset, settings.n_examples)
     except ValueError as err:
-        raise SystemExit(f"cannot load {settings.dataset!r} test data: {err}") from None
+        raise RunRefused(f"cannot load {settings.dataset!r} test data: {err}") from None
     try:
         check_budgets(suite, data.info, data.image_shape)
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise RunRefused(str(err)) from None
     return data
 
 
@@ -78,22 +86,22 @@ def prepare_job(
     settings: RunSettings,
     options: RunOptions,
     suite: Suite,
-    modes: GradModeRequest,
     command: str,
     echo: Echo,
     loaded: dict[str, Loaded] | None = None,
 ) -> Job:
     """Load the test images and the models (``--surrogate auto`` resolved: :func:`choose_surrogate`), resolve
-    each model's gradient modes (a mode it does not offer is refused: :func:`resolve_model_modes`) and choose
-    the run folder; nothing is written here, and bad input ends with one clear line (SystemExit). ``loaded``:
+    each model's gradient modes from ``settings.grad_modes`` (a mode it does not offer is refused:
+    :func:`resolve_model_modes`) and choose the run folder; nothing is written here, and bad input is refused
+    with one clear line (:class:`RunRefused`, a ValueError). ``loaded``:
     the models already in memory under their record names (``robustbench_wave.benchmark``), none loaded."""
     data = load_run_data(settings, suite)
     settings, surrogate_note = choose_surrogate(settings, options.results_dir, data.info)
     models, surrogate = load_run_models(settings, options.results_dir, data, loaded)
     try:
-        model_modes = resolve_model_modes(modes, settings, {key: m[0] for key, m in models.items()})
+        model_modes = resolve_model_modes(settings, {key: m[0] for key, m in models.items()})
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise RunRefused(str(err)) from None
     sur_key = settings.key(settings.surrogate)
     config = settings.to_config(
         suite,
@@ -101,12 +109,12 @@ def prepare_job(
         model_hashes(models, sur_key, surrogate, "spec_sha256"),
     )
     name = options.run_name or default_run_name(
-        list(models), suite.name, len(data), settings.seed, settings.train_seed
+        list(models), suite.name, len(data), settings.evaluation.seed, settings.train_seed
     )
     try:
         run_dir = run_folder(options.out, name, data.info, named=bool(options.run_name))
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise RunRefused(str(err)) from None
     return Job(
         settings,
         options,
@@ -135,3 +143,11 @@ def gradient_path_lines(job: Job) -> list[str]:
                 f"{name}: gradient path: {path.summary}; attacked under {', '.join(job.modes[name])}"
             )
     return lines
+
+
+def check_run(settings: RunSettings, options: RunOptions) -> None:
+    """The checks of a run that need no data, before anything is loaded or written: the output root and every
+    name that becomes a folder (:func:`check_names`), and the models a per-model gradient-mode request names
+    (:func:`check_grad_mode_models`). ValueError naming the flag / keyword."""
+    check_names(settings, options.out, options.run_name)
+    check_grad_mode_models(settings)

@@ -38,6 +38,7 @@ from robustbench_wave.attacks import (
 )
 from robustbench_wave.evaluation.meta_sections import AttacksMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.markdown import write_report
@@ -67,7 +68,7 @@ def finalize_run(
     energy_steps: int | None = None,
     seed: int = 0,
     baseline: str | None = None,
-    batch_size: int = 128,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> Path:
     """Energy, diagnostics, figures, verdict and ``report.md`` for a saved run; returns the report's path.
 

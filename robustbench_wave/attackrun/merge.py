@@ -10,9 +10,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.attackrun.finalize import FinalizeOptions, finalize_merged_run
+from robustbench_wave.attackrun.finalize import ShardFinalize, finalize_merged_run
 from robustbench_wave.attackrun.folder import discard_other_configuration, run_meta
-from robustbench_wave.attackrun.settings import Echo
+from robustbench_wave.attackrun.settings import Echo, RunRefused
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.io import atomic_write_json
@@ -39,7 +39,7 @@ def write_merged_run(
 def finish_merged_run(
     run_dir: Path,
     config: dict[str, Any],
-    options: FinalizeOptions,
+    stored: ShardFinalize,
     *,
     diagnostics: bool,
     results_dir: Path,
@@ -47,14 +47,14 @@ def finish_merged_run(
     figures: bool,
     echo: Echo,
 ) -> None:
-    """Diagnostics, energy and report.md as the attack command writes them, with the shards' finalize
-    ``options``, their models reloaded from ``results_dir``; report.md from the records alone when
+    """Diagnostics, energy and report.md as the attack command writes them, with the finalize options, batch
+    size and seed the shards ``stored``, their models reloaded from ``results_dir``; report.md from the records alone when
     ``diagnostics`` is off, the shards ran without them, or a model cannot be loaded."""
-    if diagnostics and options.diagnostics:
+    if diagnostics and stored.options.diagnostics:
         try:
-            finalize_merged_run(run_dir, config, results_dir, options, device, echo=echo)
+            finalize_merged_run(run_dir, config, results_dir, stored, device, echo=echo)
             return
-        except SystemExit as err:
+        except RunRefused as err:  # a model that can no longer be loaded as attacked
             log.warning("no diagnostics (%s); writing report.md from the records", err)
     report = write_report([load_run(run_dir)], report_path([run_dir]), figures=figures)
     echo(f"wrote {report}")

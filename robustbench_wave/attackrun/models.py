@@ -20,6 +20,7 @@ from robustbench_wave.attackrun.settings import (
     AUTO_SURROGATE,
     AUTO_SURROGATE_MODEL,
     NO_SURROGATE,
+    RunRefused,
     RunSettings,
 )
 from robustbench_wave.data import DatasetInfo, LabelledImages, load_test_images
@@ -68,7 +69,7 @@ def load_model(
         probe = data if data is not None else load_test_images(dataset, PROBE_SIZE)
         return build_external(external, probe.info, probe.images)
     except ValueError as err:
-        raise SystemExit(f"cannot load model {name!r}: {err}") from None
+        raise RunRefused(f"cannot load model {name!r}: {err}") from None
 
 
 def model_hashes(
@@ -95,7 +96,7 @@ def check_dataset(name: str, train_meta: dict[str, Any], info: DatasetInfo) -> N
         for f in ("name", "num_classes", "img_size", "in_chans")
     ):
         return
-    raise SystemExit(
+    raise RunRefused(
         f"model {name!r} was trained on {_describe(trained_on)}, not on {_describe(info)}; attack it with "
         f"--dataset {trained_on.name}"
     )
@@ -128,11 +129,11 @@ def load_run_models(
 
 def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[str, Loaded]:
     """A finished run's models (its ``config.json``), their checkpoints and specs checked to be the ones
-    attacked; SystemExit naming the changed ones, ending with ``why``."""
+    attacked; :class:`RunRefused` naming the changed ones, ending with ``why``."""
     try:
         external = tuple(ExternalSpec.from_config(e) for e in (config.get("external") or {}).values())
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise RunRefused(str(err)) from None
     models = load_models(config["models"], config["dataset"], results_dir, config["train_seed"], external)
     changed = [
         k
@@ -141,7 +142,7 @@ def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[s
         if field in config and config[field].get(k) != v
     ]
     if changed:
-        raise SystemExit(f"the checkpoints of {sorted(set(changed))} changed {why}")
+        raise RunRefused(f"the checkpoints of {sorted(set(changed))} changed {why}")
     return models
 
 
@@ -164,7 +165,7 @@ def choose_surrogate(
     try:  # a config.json that cannot be read is an error here too, as it would be when named
         finished = (folder / checkpoint.CONFIG).exists() and "final" in checkpoint.read_config(folder)
     except ValueError as err:
-        raise SystemExit(f"--surrogate auto: cannot read the training run of {name}: {err}") from None
+        raise RunRefused(f"--surrogate auto: cannot read the training run of {name}: {err}") from None
     if finished:
         chosen, note = name, f"--surrogate auto: {name} (its finished training run in {folder})"
     else:

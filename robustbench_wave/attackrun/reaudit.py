@@ -17,6 +17,7 @@ from robustbench_wave.distributed import resolve_device
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.chunks import state_sha256
 from robustbench_wave.evaluation.eot import EotPlan
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.reaudit import problems as reaudit_problems
 from robustbench_wave.evaluation.reaudit import reaudit_model
 from robustbench_wave.evaluation.result import load_adversarial
@@ -42,7 +43,7 @@ def reaudit_run(
     if run_data_sha256(data) != run.dataset.data_sha256:
         raise ValueError(f"the {config['dataset']} test images differ from the attacked ones (data_sha256)")
     dev = resolve_device(device)
-    batch = batch_size or run.settings.batch_size or 128
+    batch = batch_size or run.settings.batch_size or DEFAULT_BATCH_SIZE
     tables, problems, plans = [], [], {}
     for name, adv in kept.items():
         model = compile_model(models[name][0], config.get("compile", "off")).to(dev)

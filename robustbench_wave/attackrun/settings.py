@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,14 @@ from torch import nn
 
 from robustbench_wave import runfolder
 from robustbench_wave.attacks import Suite, load_suite, parse_budgets
+from robustbench_wave.data import DEFAULT_DATASET
 from robustbench_wave.evaluation import EvalSettings, resolve_grad_modes
-from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotMode, EotSettings
-from robustbench_wave.models.compiled import CompileMode
+from robustbench_wave.evaluation.eot import EotSettings
+from robustbench_wave.evaluation.plan import CrossCheck
+from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
 from robustbench_wave.models.external import ExternalSpec, is_external, parse_normalize
 from robustbench_wave.models.frontend import MODE_NAMES
+from robustbench_wave.naming import check_whole
 
 #: ``--surrogate`` value that skips the transfer attack.
 NO_SURROGATE = "none"
@@ -47,116 +50,22 @@ BASELINE_HELP = (
     "the transfer surrogate of --surrogate auto (so also of an escalation, docs/escalation.md) and the "
     "verdict's baseline. Default: none (zoo runs: the zoo patch, as before)"
 )
-ESCALATION_FLAG = {
-    "default": ESCALATION_CHOICES[0],
-    "help": "auto (the default): where a model's gradient is lost or unhandled (the scan) or every gradient mode "
+ESCALATION_HELP = (
+    "auto (the default): where a model's gradient is lost or unhandled (the scan) or every gradient mode "
     "fails the checklist, also run Square with 5,000 queries at every threat and budget and a transfer attack "
     "from the --baseline (docs/escalation.md); off: do not (a naive evaluation; its cells stay marked with a "
-    "dagger)",
-}
+    "dagger)"
+)
 
 #: Where an attack run writes what a user reads on the terminal (results, not log messages).
 Echo = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """The choices that make two invocations the same run.
-
-    Batch size, device, threads and progress bars only change how fast a run goes, so they are not part
-    of it; a run folder whose ``config.json`` holds other settings is refused unless overwritten.
-    """
-
-    models: list[str]
-    dataset: str
-    n_examples: int
-    seed: int
-    train_seed: int
-    backend: str
-    grad_modes: str  # GradModeRequest.to_text(): "" = each model's offered modes
-    surrogate: str
-    skip_broken: bool
-    cross_check: str  # a CrossCheck value
-    compile: str = CompileMode.OFF.value
-    save_adversarial: bool = False
-    external: tuple[ExternalSpec, ...] = ()  # the models (and surrogate) from outside the zoo
-    eot: str = EotMode.AUTO.value  # EOT for randomised models: auto | on | off (evaluation.eot)
-    eot_draws: int = DEFAULT_DRAWS  # K draws per prediction when EOT applies
-    baseline: str | None = None  # the run's undefended model (one of models): surrogate auto, the verdict
-    escalation: str = ESCALATION_CHOICES[0]  # auto | off
-
-    @property
-    def escalates(self) -> bool:
-        return self.escalation == ESCALATION_CHOICES[0]
-
-    @property
-    def has_surrogate(self) -> bool:
-        return self.surrogate.lower() != NO_SURROGATE
-
-    def external_spec(self, reference: str) -> ExternalSpec | None:
-        return next((e for e in self.external if e.reference == reference), None)
-
-    def key(self, reference: str) -> str:
-        """The name records, tables and folders give a ``--model`` / ``--surrogate`` (a zoo name itself)."""
-        spec = self.external_spec(reference)
-        return spec.slug if spec is not None else reference
-
-    def to_config(
-        self, suite: Suite, hashes: dict[str, str], specs: dict[str, str] | None = None
-    ) -> dict[str, Any]:
-        """The ``config.json`` of the run: these settings, the suite, the checkpoint and spec hashes."""
-        optional = {"compile": self.compile} if self.compile != CompileMode.OFF.value else {}
-        if self.save_adversarial:  # only when on: the config of a run without it is what it was
-            optional["save_adversarial"] = True
-        if self.external:  # likewise: reference, weights file, num_classes, img_size, normalisation
-            optional["external"] = {e.reference: e.to_config() for e in self.external}
-        optional |= {"eot": self.eot} if self.eot != EotMode.AUTO.value else {}  # likewise, when not default
-        optional |= {"eot_draws": self.eot_draws} if self.eot_draws != DEFAULT_DRAWS else {}
-        optional |= {"baseline": self.key(self.baseline)} if self.baseline is not None else {}
-        optional |= {"escalation": self.escalation} if not self.escalates else {}
-        return {
-            "models": self.models,
-            "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
-            "dataset": self.dataset,
-            "n_examples": self.n_examples,
-            "seed": self.seed,
-            "train_seed": self.train_seed,
-            "backend": self.backend,
-            "grad_modes": self.grad_modes or DEFAULT_GRAD_MODES,
-            "surrogate": self.surrogate,
-            "skip_broken": self.skip_broken,
-            "cross_check": self.cross_check,
-            "checkpoints": hashes,
-            "specs": specs or {},
-        } | optional
-
-    def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
-        """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``modes``:
-        its resolved gradient modes, :func:`resolve_model_modes`)."""
-        return EvalSettings(
-            model_name=model_name,
-            dataset=dataset,
-            grad_modes=None if modes is None else tuple(modes),
-            backend=self.backend,
-            seed=self.seed,
-            skip_broken=self.skip_broken,
-            cross_check=self.cross_check,
-            eot=EotSettings(self.eot, self.eot_draws),
-        )
-
-
-def select_suite(suite: str, attacks: str | None) -> Suite:
-    """Load a suite by name or path and keep only the comma-separated ``attacks`` (clean always stays)."""
-    loaded = load_suite(suite)
-    if attacks is None:
-        return loaded
-    names = [a.strip() for a in attacks.split(",") if a.strip()]
-    if not names:
-        raise ValueError(
-            f"--attacks {attacks!r} names no attack; give comma-separated entries of suite {loaded.name!r}: "
-            f"{[a.name for a in loaded.attacks]}"
-        )
-    return loaded.select(names)
+class RunRefused(ValueError):
+    """A run refused before any attack: a model that cannot be loaded as asked (missing or changed checkpoint,
+    another data set), test images that cannot be loaded, a gradient mode a model does not offer, a busy run
+    folder or one holding another configuration. The attack command ends with its one line; after a merge,
+    a model that can no longer be loaded leaves the run reported from its records alone."""
 
 
 #: ``config.json``'s ``grad_modes`` when none are asked for (each model's offered modes): the text it has
@@ -182,17 +91,145 @@ class GradModeRequest:
         return given.get(reference, given.get(key, self.every))
 
     def to_text(self) -> str:
-        """The request as one line (``RunSettings.grad_modes``, config.json): "" for none, else the modes for
-        every model, then ``MODEL=MODES`` per model, joined by ';' (one model's list alone: today's text)."""
+        """The request as config.json's one line (:meth:`RunSettings.to_config`; :func:`parse_grad_modes`
+        reads it back): "" for none, else the modes for every model, then ``MODEL=MODES`` per model, joined by
+        ';' (one model's list alone: today's text)."""
         parts = [",".join(self.every)] if self.every is not None else []
         return PART_SEP.join(parts + [f"{name}={','.join(modes)}" for name, modes in self.per_model])
 
 
+#: What every model of a run is evaluated with when nothing else is chosen: :class:`EvalSettings`' own defaults,
+#: except the data set and the cross-check, which runs at each threat's reference budget (``headline``).
+RUN_EVALUATION = EvalSettings(dataset=DEFAULT_DATASET, cross_check=CrossCheck.HEADLINE.value)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The choices that make two invocations the same run, each with its default and its check here: the
+    attack command reads its flags' defaults from these fields and ``robustbench_wave.benchmark`` builds this
+    class directly, so the two cannot disagree.
+
+    ``evaluation`` is what each model's :func:`~robustbench_wave.evaluation.evaluate` gets (data set, back-end,
+    seed, skip-broken, cross-check, EOT), less the model's record name and gradient modes, which
+    :meth:`eval_settings` fills in per model; ``grad_modes`` is the request those modes are resolved from.
+    Batch size, device, threads and progress bars only change how fast a run goes, so they are not part
+    of it (:class:`~robustbench_wave.attackrun.RunOptions`); a run folder whose ``config.json`` holds other
+    settings is refused unless overwritten.
+    """
+
+    models: list[str]
+    evaluation: EvalSettings = (
+        RUN_EVALUATION  # its dataset: the data set spec as given (e.g. imagefolder:PATH)
+    )
+    n_examples: int = 1000
+    train_seed: int = 0
+    grad_modes: GradModeRequest = GradModeRequest()  # as asked; each model's modes: resolve_model_modes
+    surrogate: str = AUTO_SURROGATE
+    compile: str = field(default_factory=lambda: compile_mode_from_env().value)  # $RBW_COMPILE, else off
+    save_adversarial: bool = False
+    external: tuple[ExternalSpec, ...] = ()  # the models (and surrogate) from outside the zoo
+    baseline: str | None = None  # the run's undefended model (one of models): surrogate auto, the verdict
+    escalation: str = ESCALATION_CHOICES[0]  # auto | off
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("no model to attack; name at least one")
+        if self.evaluation.grad_modes is not None or self.evaluation.model_name != EvalSettings.model_name:
+            raise ValueError(
+                "a run's evaluation settings name no model and no gradient modes (RunSettings.grad_modes)"
+            )
+        check_whole(self.n_examples, 1, "n_examples")
+        check_whole(self.train_seed, 0, "train_seed")
+        object.__setattr__(self, "compile", CompileMode.parse(self.compile).value)
+        if self.escalation not in ESCALATION_CHOICES:
+            raise ValueError(
+                f"unknown escalation {self.escalation!r}; choose one of {list(ESCALATION_CHOICES)}"
+            )
+
+    @property
+    def dataset(self) -> str:
+        """The data set spec the run attacks (``--dataset``)."""
+        return str(self.evaluation.dataset)
+
+    @property
+    def escalates(self) -> bool:
+        return self.escalation == ESCALATION_CHOICES[0]
+
+    @property
+    def has_surrogate(self) -> bool:
+        return self.surrogate.lower() != NO_SURROGATE
+
+    def external_spec(self, reference: str) -> ExternalSpec | None:
+        return next((e for e in self.external if e.reference == reference), None)
+
+    def key(self, reference: str) -> str:
+        """The name records, tables and folders give a ``--model`` / ``--surrogate`` (a zoo name itself)."""
+        spec = self.external_spec(reference)
+        return spec.slug if spec is not None else reference
+
+    def to_config(
+        self, suite: Suite, hashes: dict[str, str], specs: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The ``config.json`` of the run: these settings, the suite, the checkpoint and spec hashes (the
+        gradient-mode request as one line here, and only here: :meth:`GradModeRequest.to_text`)."""
+        ev = self.evaluation
+        optional = {"compile": self.compile} if self.compile != CompileMode.OFF.value else {}
+        if self.save_adversarial:  # only when on: the config of a run without it is what it was
+            optional["save_adversarial"] = True
+        if self.external:  # likewise: reference, weights file, num_classes, img_size, normalisation
+            optional["external"] = {e.reference: e.to_config() for e in self.external}
+        optional |= (
+            {"eot": ev.eot.mode} if ev.eot.mode != EotSettings.mode else {}
+        )  # likewise, when not default
+        optional |= {"eot_draws": ev.eot.draws} if ev.eot.draws != EotSettings.draws else {}
+        optional |= {"baseline": self.key(self.baseline)} if self.baseline is not None else {}
+        optional |= {"escalation": self.escalation} if not self.escalates else {}
+        return {
+            "models": self.models,
+            "suite": {k: v for k, v in suite.to_dict().items() if k not in ("description", "source")},
+            "dataset": self.dataset,
+            "n_examples": self.n_examples,
+            "seed": ev.seed,
+            "train_seed": self.train_seed,
+            "backend": ev.backend,
+            "grad_modes": self.grad_modes.to_text() or DEFAULT_GRAD_MODES,
+            "surrogate": self.surrogate,
+            "skip_broken": ev.skip_broken,
+            "cross_check": ev.cross_check,
+            "checkpoints": hashes,
+            "specs": specs or {},
+        } | optional
+
+    def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
+        """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``dataset``:
+        its loaded ``DatasetInfo``; ``modes``: the model's resolved gradient modes, :func:`resolve_model_modes`)."""
+        return dataclasses.replace(
+            self.evaluation,
+            model_name=model_name,
+            dataset=dataset,
+            grad_modes=None if modes is None else tuple(modes),
+        )
+
+
+def select_suite(suite: str, attacks: str | None) -> Suite:
+    """Load a suite by name or path and keep only the comma-separated ``attacks`` (clean always stays)."""
+    loaded = load_suite(suite)
+    if attacks is None:
+        return loaded
+    names = [a.strip() for a in attacks.split(",") if a.strip()]
+    if not names:
+        raise ValueError(
+            f"--attacks {attacks!r} names no attack; give comma-separated entries of suite {loaded.name!r}: "
+            f"{[a.name for a in loaded.attacks]}"
+        )
+    return loaded.select(names)
+
+
 def parse_grad_modes(text: str | Sequence[str]) -> GradModeRequest:
-    """``--grad-modes`` as a :class:`GradModeRequest`: each part (``text`` split at ';', or the flag's
-    occurrences) is a comma list of ``MODE_NAMES`` for every model, or ``MODEL=MODES`` for one model (a part
+    """``--grad-modes`` as a :class:`GradModeRequest`: each part (``text``, or each of the flag's occurrences,
+    split at ';') is a comma list of ``MODE_NAMES`` for every model, or ``MODEL=MODES`` for one model (a part
     repeated adds to its list). ValueError for an unknown mode or a part naming none."""
-    parts = [p.strip() for p in (text.split(PART_SEP) if isinstance(text, str) else text)]
+    parts = [p.strip() for t in ([text] if isinstance(text, str) else text) for p in t.split(PART_SEP)]
     every: list[str] | None = None
     per_model: dict[str, list[str]] = {}
     for part in (p for p in parts if p):
@@ -217,10 +254,11 @@ def parse_grad_modes(text: str | Sequence[str]) -> GradModeRequest:
     )
 
 
-def check_grad_mode_models(request: GradModeRequest, settings: RunSettings) -> None:
-    """Every model a ``MODEL=MODES`` part names is a ``--model`` (as given or by its record name)."""
+def check_grad_mode_models(settings: RunSettings) -> None:
+    """Every model a ``MODEL=MODES`` part of ``settings.grad_modes`` names is a ``--model`` (as given or by its
+    record name)."""
     known = {*settings.models, *(settings.key(m) for m in settings.models)}
-    unknown = [name for name, _ in request.per_model if name not in known]
+    unknown = [name for name, _ in settings.grad_modes.per_model if name not in known]
     if unknown:
         raise ValueError(
             f"--grad-modes names model(s) {unknown} that are not attacked; the --model(s): "
@@ -228,16 +266,15 @@ def check_grad_mode_models(request: GradModeRequest, settings: RunSettings) -> N
         )
 
 
-def resolve_model_modes(
-    request: GradModeRequest, settings: RunSettings, models: dict[str, nn.Module]
-) -> dict[str, list[str]]:
-    """Record name -> the gradient modes its model is attacked under: those asked for it, refused (ValueError
+def resolve_model_modes(settings: RunSettings, models: dict[str, nn.Module]) -> dict[str, list[str]]:
+    """Record name -> the gradient modes its model is attacked under: those ``settings.grad_modes`` asks for
+    it, refused (ValueError
     naming the modes the model offers) when it does not offer one; each model's offered modes when none are
     asked. ``models``: the loaded models by record name."""
     out = {}
     for reference in settings.models:
         key = settings.key(reference)
-        asked = request.modes_for(reference, key)
+        asked = settings.grad_modes.modes_for(reference, key)
         try:
             out[key] = resolve_grad_modes(models[key], asked)
         except ValueError as err:

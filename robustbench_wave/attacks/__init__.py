@@ -86,6 +86,7 @@ from robustbench_wave.attacks.registry import (
 )
 from robustbench_wave.attacks.seeding import derive_seed, example_generators, per_example, seeded
 from robustbench_wave.attacks.suite import (
+    DEFAULT_SUITE,
     THREATS,
     AttackEntry,
     EntryFit,
@@ -96,11 +97,13 @@ from robustbench_wave.attacks.suite import (
     parse_budgets,
     parse_eps,
     parse_suite,
+    parse_threat,
 )
 
 __all__ = [
     "BACKENDS",
     "CORRUPTION_SEVERITIES",
+    "DEFAULT_SUITE",
     "LOSSES",
     "LOWFREQ_FAMILY",
     "PGD",
@@ -155,6 +158,7 @@ __all__ = [
     "parse_budgets",
     "parse_eps",
     "parse_suite",
+    "parse_threat",
     "per_example",
     "perturbation_norm",
     "pgd_with_history",

@@ -15,7 +15,7 @@ points still classified correctly. ART has no FAB (its own ``AutoAttack`` puts D
 second implementation is the builtin one written from the paper (:mod:`robustbench_wave.attacks.fab_builtin`).
 
 ART draws its random starts from NumPy's global RNG and Square's square positions from Python's ``random``: the
-runners seed both from ``request.context.block_seed`` and put the caller's state back, so they run on fixed id
+runners seed both from ``request.block_seed`` and put the caller's state back, so they run on fixed id
 blocks (``per_example_rng=False``) like the other libraries.
 """
 
@@ -136,7 +136,7 @@ def art_apgd(request: AttackRequest) -> RunOutput:
     _check(request)
     atk = _apgd(request, request.params["loss"], targeted=False)
     x = request.images
-    with library_rng(request.context.block_seed):
+    with library_rng(request.block_seed):
         adv = atk.generate(_numpy(x), y=request.labels.cpu().numpy())
     return RunOutput(_back(adv, x, request.name))
 
@@ -157,7 +157,7 @@ def art_apgdt(request: AttackRequest) -> RunOutput:
     targets = _targets(request, target_count(request))
     out = x.clone()
     standing = torch.ones(len(x), dtype=torch.bool, device=x.device)
-    with library_rng(request.context.block_seed):
+    with library_rng(request.block_seed):
         for k in range(targets.shape[1]):
             idx = standing.nonzero().flatten()
             if len(idx) == 0:
@@ -197,6 +197,6 @@ def art_square(request: AttackRequest) -> RunOutput:
         verbose=False,
     )
     x = request.images
-    with library_rng(request.context.block_seed):
+    with library_rng(request.block_seed):
         adv = atk.generate(_numpy(x), y=request.labels.cpu().numpy())
     return RunOutput(_back(adv, x, request.name))

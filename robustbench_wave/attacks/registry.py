@@ -101,13 +101,13 @@ class RunOutput:
     correct_last: torch.Tensor | None = None  # (B,) bool: the final iterate of every restart was still right
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunContext:
-    """Evaluation-wide inputs a runner may need."""
+    """Evaluation-wide inputs a runner may need, the same for every request of one evaluation (what changes
+    per batch or id block, such as the block's seed, is a field of :class:`AttackRequest`)."""
 
     seed: int = 0
     surrogate: nn.Module | None = None  # already wrapped and in attack mode
-    block_seed: int = 0  # seed for library attacks (set per id block by the evaluation)
     num_classes: int | None = None  # the data set's class count; None = the width of the model's logits
     eot_rows: int = 0  # rows (draws x points) per batched EOT forward (attacks.draws); 0 = one draw each
 
@@ -129,7 +129,8 @@ class AttackRequest:
 
     Built per batch or id block by the evaluation (``AttackEntry.request``); ``params`` is a read-only copy
     of the entry's resolved hyper-parameters (defaults filled in), ``name`` the entry's name (it seeds the
-    builtin attacks' streams).
+    builtin attacks' streams), ``block_seed`` the seed of this id block's library attacks (the evaluation
+    derives it per block: ``evaluation.execute.run_attack``).
     """
 
     model: nn.Module  # wrapped (``GradSafe``) and in attack mode
@@ -142,6 +143,7 @@ class AttackRequest:
     name: str
     family: str
     context: RunContext
+    block_seed: int = 0  # seed for library attacks (torchattacks, ART) of this id block
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))

@@ -69,6 +69,9 @@ from robustbench_wave.runfolder import check_safe_name
 SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
 THREATS = tuple(t.value for t in Threat)
 DEFAULT_EPS_KEY = "default"
+
+#: The suite an evaluation runs when none is named (the attack command, ``benchmark()``, ``evaluate``).
+DEFAULT_SUITE = "default"
 DEFAULT_RNG_BLOCK = 128
 NOISE_THREAT = {"uniform": "Linf", "sign": "Linf", "gaussian": "L2", "salt_pepper": "L0"}
 
@@ -124,10 +127,22 @@ class AttackEntry:
         ids: torch.Tensor,
         eps: float,
         context: RunContext,
+        block_seed: int = 0,
     ) -> AttackRequest:
-        """The runner call for this entry on these points at budget ``eps``."""
+        """The runner call for this entry on these points at budget ``eps`` (``block_seed``: the seed of
+        their id block's library attacks)."""
         return AttackRequest(
-            model, images, labels, ids, eps, self.threat, self.params, self.name, self.family, context
+            model,
+            images,
+            labels,
+            ids,
+            eps,
+            self.threat,
+            self.params,
+            self.name,
+            self.family,
+            context,
+            block_seed,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -335,7 +350,8 @@ def _eps_list(values: Any, threat: str, where: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _threat_name(value: Any, where: str) -> str:
+def parse_threat(value: Any, where: str) -> str:
+    """A threat model's name as the suites write it (``linf`` -> ``Linf``); ValueError naming ``where``."""
     if isinstance(value, str):
         for t in (*THREATS, NO_THREAT):
             if value.lower() == t.lower():
@@ -391,7 +407,7 @@ def _parse_entry(raw: Any, index: int, source: str = "") -> AttackEntry:
                 f"attack entry {name!r} ({source or 'suite'} [[attack]] #{index + 1}) lacks the field 'threat'; "
                 f"add threat = one of {', '.join(THREATS)}"
             )
-        threat = _threat_name(raw.pop("threat"), where)
+        threat = parse_threat(raw.pop("threat"), where)
         if threat not in spec.threats:
             raise ValueError(
                 f"{where}: family {family!r} supports threats {list(spec.threats)}, not {threat!r}"
@@ -455,7 +471,7 @@ def parse_suite(data: dict[str, Any], *, source: str = "", default_name: str = "
         if not isinstance(block, dict):
             raise ValueError(f"suite {name!r}: [eps.{key}] must be a table such as Linf = [0.01, 0.03]")
         eps[key.lower()] = {
-            _threat_name(t, f"[eps.{key}]"): _eps_list(v, _threat_name(t, f"[eps.{key}]"), f"[eps.{key}] {t}")
+            parse_threat(t, f"[eps.{key}]"): _eps_list(v, parse_threat(t, f"[eps.{key}]"), f"[eps.{key}] {t}")
             for t, v in block.items()
         }
     raw_reference = data.pop("reference", {}) or {}
@@ -502,7 +518,7 @@ def _parse_reference(suite: Suite, raw: Any) -> dict[str, dict[str, float]]:
         grid = suite.resolved_eps(key.lower())
         out[key.lower()] = {}
         for t, value in block.items():
-            threat = _threat_name(t, where)
+            threat = parse_threat(t, where)
             eps = parse_eps(value, where=f"{where} {t}")
             match = [g for g in grid.get(threat, []) if math.isclose(g, eps, abs_tol=1e-9)]
             if not match:
@@ -526,7 +542,7 @@ def parse_budgets(parts: Sequence[str], flag: str = "--eps") -> dict[str, tuple[
         text = part
         if "=" in part:
             name, _, text = part.partition("=")
-            threat = _threat_name(name.strip(), flag)
+            threat = parse_threat(name.strip(), flag)
         if threat is None:
             raise ValueError(f"{flag} {part!r}: write THREAT=BUDGET, e.g. {flag} Linf=8/255 {flag} L2=0.5")
         out.setdefault(threat, []).append(parse_eps(text.strip(), where=f"{flag} {threat}"))

@@ -9,7 +9,7 @@ torchattacks draws from torch's global RNG, and every one of its attacks ascends
 whose gradient carries a factor 1/B: its rounding differs with the batch's size B, and where a pixel's
 gradient is rounding noise (a BPDA straight-through path, cancelling terms) even FGSM's sign flips. So every
 runner here is registered with ``per_example_rng=False``: the evaluation calls it on fixed blocks of example
-ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.context.block_seed``, which APGD, APGD-T,
+ids inside :func:`robustbench_wave.attacks.seeding.seeded` (``request.block_seed``, which APGD, APGD-T,
 FAB and Square also take as their own seed), and its points depend neither on ``--batch-size`` nor on how a
 run is sharded over ranks.
 torchattacks' PGD has no restarts: :func:`keep_first_success` adds them.
@@ -200,7 +200,7 @@ def torchattacks_apgd(request: AttackRequest) -> RunOutput:
         eps=request.eps,
         steps=p["steps"],
         n_restarts=p["restarts"],
-        seed=request.context.block_seed,
+        seed=request.block_seed,
         loss=p["loss"],
         rho=p["rho"],
         eot_iter=p["eot_iter"],
@@ -267,7 +267,7 @@ def torchattacks_apgdt(request: AttackRequest) -> RunOutput:
         eps=request.eps,
         steps=p["steps"],
         n_restarts=p["restarts"],
-        seed=request.context.block_seed,
+        seed=request.block_seed,
         eot_iter=p["eot_iter"],
         rho=p["rho"],
         n_classes=target_count(request) + 1,  # torchattacks targets n_classes - 1 classes
@@ -297,7 +297,7 @@ def torchattacks_fabt(request: AttackRequest) -> RunOutput:
         alpha_max=p["alpha_max"],
         eta=p["eta"],
         beta=p["beta"],
-        seed=request.context.block_seed,
+        seed=request.block_seed,
         multi_targeted=True,
         n_classes=targets + 1,  # torchattacks targets n_classes - 1 classes
     )
@@ -317,7 +317,7 @@ def torchattacks_square(request: AttackRequest) -> RunOutput:
         "n_restarts": p["restarts"],
         "p_init": p["p_init"],
         "loss": p["loss"],
-        "seed": request.context.block_seed,
+        "seed": request.block_seed,
     }
     if request.threat == Threat.LINF.value:
         linf = SquareSettings(**settings)

@@ -29,6 +29,7 @@ from robustbench_wave.data.download import DATA_DIR_ENV, data_dir
 from robustbench_wave.data.idx import parse_idx, read_idx
 from robustbench_wave.data.imagefolder import imagefolder_order
 from robustbench_wave.data.registry import (
+    DEFAULT_DATASET,
     dataset_info,
     describe_datasets,
     describe_images,
@@ -40,6 +41,7 @@ from robustbench_wave.data.registry import (
 
 __all__ = [
     "DATA_DIR_ENV",
+    "DEFAULT_DATASET",
     "ChecksumError",
     "DataError",
     "DatasetInfo",

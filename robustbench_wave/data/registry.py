@@ -45,6 +45,9 @@ class DatasetSource:
         return f"{self.name}:{self.argument}" if self.argument else self.name
 
 
+#: The data set a command trains or attacks when none is named (train, attack, gallery, ``benchmark()``).
+DEFAULT_DATASET = "fashion-mnist"
+
 _SOURCES: dict[str, DatasetSource] = {}
 _ALIASES: dict[str, str] = {}
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.data import dataset_info, load_test_images
+from robustbench_wave.data import DEFAULT_DATASET, dataset_info, load_test_images
 from robustbench_wave.defenses.training import weights_path
 from robustbench_wave.io import atomic_write_json
 from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
@@ -68,7 +68,7 @@ class AttackOptions:
     paths), each attacked in the same runs as ``baseline``, the user's undefended model, when given."""
 
     out: Path
-    dataset: str = "fashion-mnist"
+    dataset: str = DEFAULT_DATASET
     suite: str = "headline"
     n_examples: int = 200
     seed: int = 0

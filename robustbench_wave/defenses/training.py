@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustbench_wave.data import DatasetInfo
+from robustbench_wave.data import DEFAULT_DATASET, DatasetInfo
 from robustbench_wave.io import atomic_write_json, provenance, sha256_file
 from robustbench_wave.models.gallery import GalleryEntry, trained_entries
 from robustbench_wave.runfolder import RunLock, check_inside
@@ -54,7 +54,7 @@ class TrainOptions:
     """Where and on what the gallery trains; subsets shrink the splits for tests (part of the fingerprint)."""
 
     out: Path
-    dataset: str = "fashion-mnist"
+    dataset: str = DEFAULT_DATASET
     recipe: Recipe = field(default_factory=lambda: GALLERY_RECIPE)
     seed: int = 0
     train_subset: int | None = None

@@ -56,6 +56,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from robustbench_wave.attacks import (
+    DEFAULT_SUITE,
     AttackEntry,
     GradSafe,
     RunContext,
@@ -82,7 +83,14 @@ from robustbench_wave.evaluation.eot import EotPlan, decide
 from robustbench_wave.evaluation.execute import Predictor, Progress, run_attack
 from robustbench_wave.evaluation.meta import ModelRun, build_meta
 from robustbench_wave.evaluation.metrics import EPS_TOL, cross_attack_name
-from robustbench_wave.evaluation.plan import SHARED, CrossPlan, EvalSettings, Examples, Plan
+from robustbench_wave.evaluation.plan import (
+    DEFAULT_BATCH_SIZE,
+    SHARED,
+    CrossPlan,
+    EvalSettings,
+    Examples,
+    Plan,
+)
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.state import RobustState
 from robustbench_wave.models.frontend import MODE_NAMES, GradMode, grad_mode, offered_modes, parse_mode
@@ -206,10 +214,11 @@ def _fitted_params(plan: Plan) -> dict[str, dict[str, Any]]:
 
 @contextmanager
 def _attack_context(
-    model: nn.Module, surrogate: nn.Module | None, seed: int, num_classes: int | None
+    model: nn.Module, surrogate: nn.Module | None, seed: int, num_classes: int | None, eot_rows: int
 ) -> Iterator[RunContext]:
     """Target and surrogate in attack mode (restored on exit); the surrogate always with exact gradients.
-    ``num_classes`` (the data set's, when known) is what targeted attacks aim at."""
+    ``num_classes`` (the data set's, when known) is what targeted attacks aim at; ``eot_rows`` the rows of a
+    batched EOT forward (:attr:`EotPlan.draw_rows`)."""
     with ExitStack() as stack:
         stack.enter_context(attack_mode(model))
         if surrogate is not None:
@@ -219,6 +228,7 @@ def _attack_context(
             seed=seed,
             surrogate=GradSafe(surrogate) if surrogate is not None else None,
             num_classes=num_classes,
+            eot_rows=eot_rows,
         )
 
 
@@ -499,13 +509,13 @@ def evaluate(
     model: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
-    suite: str | Path | Suite = "default",
+    suite: str | Path | Suite = DEFAULT_SUITE,
     settings: EvalSettings | None = None,
     *,
     surrogate: nn.Module | None = None,
     surrogate_name: str | None = None,
     example_ids: Sequence[int] | torch.Tensor | None = None,
-    batch_size: int = 128,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     device: str | torch.device | None = None,
     progress: bool = True,
     cache_dir: str | Path | None = None,
@@ -548,8 +558,7 @@ def evaluate(
     fingerprint = _fingerprint(plan, settings, data, model, surrogate, modes, specs, eot)
     cache = ChunkCache(cache_dir, fingerprint) if cache_dir is not None else None
     predictor = _predictor(eot, settings.seed, batch_size, dev)
-    with _attack_context(model, surrogate, settings.seed, settings.num_classes) as ctx:
-        ctx.eot_rows = eot.draw_rows
+    with _attack_context(model, surrogate, settings.seed, settings.num_classes, eot.draw_rows) as ctx:
         run, clean = _start(GradSafe(model), data, modes, plan, ctx, settings, predictor)
         if prior_records is not None:
             run.state.apply_records(prior_records, run.ids.tolist())

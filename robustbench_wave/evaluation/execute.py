@@ -162,9 +162,12 @@ def run_attack(
     for i, (pos, block) in enumerate(groups):
         if progress is not None:
             progress(i, len(groups))
-        ctx.block_seed = derive_seed(ctx.seed, entry.name, repr(eps), "block", block) % (1 << 31)
-        with seeded(ctx.block_seed, device):
-            res = spec.fn(entry.request(model, x[pos].to(device), y[pos].to(device), ids[pos], eps, ctx))
+        block_seed = derive_seed(ctx.seed, entry.name, repr(eps), "block", block) % (1 << 31)
+        with seeded(block_seed, device):
+            request = entry.request(
+                model, x[pos].to(device), y[pos].to(device), ids[pos], eps, ctx, block_seed
+            )
+            res = spec.fn(request)
         out[pos] = res.x_adv.detach().to(out.device, out.dtype)
         if res.correct_last is not None:
             if last is None:

@@ -22,10 +22,14 @@ from torch import nn
 from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, EntryFit, Suite, Threat, fit_entry
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
-from robustbench_wave.naming import parse_enum
+from robustbench_wave.naming import check_whole, parse_enum
 
 log = logging.getLogger(__name__)
 SHARED = "shared"  # chunk label of an attack run once for every gradient mode
+
+#: Examples per forward / backward pass, wherever a caller does not choose: the attack command, the Python API,
+#: :func:`evaluate`, the checklist and the re-audit. Memory only: records do not depend on it.
+DEFAULT_BATCH_SIZE = 128
 
 
 class CrossCheck(str, Enum):
@@ -74,6 +78,7 @@ class EvalSettings:
             object.__setattr__(self, "grad_modes", tuple(self.grad_modes))
         if self.backend != "auto" and self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose auto or one of {list(BACKENDS)}")
+        check_whole(self.seed, 0, "seed")
 
     @property
     def dataset_name(self) -> str:

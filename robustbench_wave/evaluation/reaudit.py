@@ -30,6 +30,7 @@ from robustbench_wave.evaluation.adversarial import AdversarialSet, Key
 from robustbench_wave.evaluation.eot import EotPlan, vote_tolerance
 from robustbench_wave.evaluation.execute import predict, predict_common
 from robustbench_wave.evaluation.metrics import CLEAN_THREAT, EPS_TOL, clean_correct, robust_flags
+from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 
 COLUMNS = [
     "model", "grad_mode", "threat", "eps", "n_checked", "n_budget_violations", "n_pred_mismatches",
@@ -93,7 +94,7 @@ def reaudit_model(
     kept: AdversarialSet,
     records: pd.DataFrame,
     *,
-    batch_size: int = 128,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     device: torch.device | str = "cpu",
     eot: EotPlan | None = None,
     seed: int = 0,

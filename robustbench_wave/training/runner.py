@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustbench_wave.data import DatasetInfo, load_split, train_val_split
+from robustbench_wave.data import DEFAULT_DATASET, DatasetInfo, load_split, train_val_split
 from robustbench_wave.distributed import DistContext, barrier, broadcast_object
 from robustbench_wave.io import atomic_write_json, provenance, read_jsonl
 from robustbench_wave.models.flops import flops_summary, vit_flops
 from robustbench_wave.models.vit import build_model, describe
 from robustbench_wave.models.zoo import load_spec
-from robustbench_wave.runfolder import FolderBusyError, RunLock, check_inside, remove_owned
+from robustbench_wave.runfolder import RESULTS_ROOT, FolderBusyError, RunLock, check_inside, remove_owned
 from robustbench_wave.tracking import TrainingLog, check_tensorboard, train_log_dir
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training.engine import (
@@ -71,9 +71,9 @@ class TrainConfig:
     caller gets the command line's rules: a subset is None (the whole split) or >= 1, never 0.
     """
 
-    out: Path = Path("results")
+    out: Path = RESULTS_ROOT
     recipe: Recipe = field(default_factory=Recipe)
-    dataset: str = "fashion-mnist"
+    dataset: str = DEFAULT_DATASET
     data_dir: str | None = None
     train_subset: int | None = None
     test_subset: int | None = None

@@ -39,7 +39,7 @@ def _run(family: str, backend: str, threat: str, eps: float, **params: object) -
     ).attacks[1]
     with attack_mode(model):
         out = get_runner(family, backend).fn(
-            entry.request(GradSafe(model), x, y, torch.arange(len(x)), eps, RunContext(block_seed=7))
+            entry.request(GradSafe(model), x, y, torch.arange(len(x)), eps, RunContext(), 7)
         )
         with torch.no_grad():
             broken = model(out.x_adv).argmax(1) != y

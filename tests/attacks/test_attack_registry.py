@@ -7,11 +7,13 @@ family's defaults, with iteration counts shortened and required choices filled i
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from robustbench_wave.attacks import (
     GradSafe,
@@ -81,10 +83,10 @@ def test_every_attack_respects_its_budget(family: str, backend: str, threat: str
     entry = _suite(family, backend, threat).attacks[1]
     runner = get_runner(family, backend)
     with attack_mode(model):
-        ctx = RunContext(seed=0, surrogate=GradSafe(teacher()), block_seed=1)
+        ctx = RunContext(seed=0, surrogate=GradSafe(teacher()))
         for eps in BUDGETS[threat]:
             with seeded(0):
-                x_adv = runner.fn(entry.request(GradSafe(model), x, y, torch.arange(12), eps, ctx)).x_adv
+                x_adv = runner.fn(entry.request(GradSafe(model), x, y, torch.arange(12), eps, ctx, 1)).x_adv
             # an independent measure of the threat model (not budget.perturbation_norm)
             d = (x_adv - x).flatten(1)
             if threat == "Linf":
@@ -130,3 +132,15 @@ def test_every_attack_runs_through_the_evaluation_and_emits_the_record_schema(
     assert is_average_case(threat) or (hit["norm"].to_numpy() <= hit["eps"].to_numpy() + tol).all()
     has_last = hit["correct_last"].notna()  # best-vs-last bookkeeping: our iterative engines only
     assert has_last.all() if spec.has(Trait.LAST_ITERATE) and backend == "builtin" else not has_last.any()
+
+
+def test_the_run_context_is_shared_and_frozen_and_the_block_seed_is_the_requests() -> None:
+    """One RunContext serves every request of an evaluation: a runner cannot change it for the next block
+    (it was mutated per id block before), and each request carries its own block's seed."""
+    ctx = RunContext(seed=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.seed = 4  # type: ignore[misc]
+    entry = _suite("pgd", "builtin", "Linf").attacks[1]
+    x, y = torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long)
+    requests = [entry.request(nn.Identity(), x, y, torch.arange(2), 0.1, ctx, seed) for seed in (7, 8)]
+    assert [r.block_seed for r in requests] == [7, 8] and all(r.context is ctx for r in requests)

@@ -297,7 +297,7 @@ def test_with_a_blocked_gradient_one_step_equals_many(family: str, backend: str,
             with seeded(7):
                 outs.append(
                     get_runner(family, backend)
-                    .fn(entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(block_seed=7)))
+                    .fn(entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(), 7))
                     .x_adv
                 )
     assert torch.equal(outs[0], outs[1])

@@ -88,7 +88,7 @@ def test_targeted_members_break_points_of_a_ten_class_model_within_budget() -> N
             raw = {"name": "t", "family": family, "threat": "Linf", "steps": 20}
             entry = parse_suite({"eps": {"default": {"Linf": [eps]}}, "attack": [raw]}).attacks[1]
             run = get_runner(family, "torchattacks").fn
-            request = entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(block_seed=3))
+            request = entry.request(GradSafe(model), x, y, torch.arange(16), eps, RunContext(), 3)
             x_adv = run(request).x_adv
             assert (x_adv - x).abs().amax() <= eps + 1e-6 and x_adv.min() >= 0 and x_adv.max() <= 1
             with torch.no_grad():

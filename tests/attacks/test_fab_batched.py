@@ -60,7 +60,7 @@ def test_runner_batches_one_restart_and_keeps_torchattacks_for_more() -> None:
         for restarts in (1, 2):
             raw = {"name": "t", "family": "fab-t", "threat": "Linf", "steps": 5, "restarts": restarts}
             entry = parse_suite({"eps": {"default": {"Linf": [eps]}}, "attack": [raw]}).attacks[1]
-            request = entry.request(wrapped, x, y, torch.arange(4), eps, RunContext(block_seed=0))
+            request = entry.request(wrapped, x, y, torch.arange(4), eps, RunContext(), 0)
             got = get_runner("fab-t", "torchattacks").fn(request).x_adv
             s = fab.FabSettings("Linf", eps, 5, 0.1, 1.05, 0.9)
             assert torch.equal(got, _torchattacks_fab(wrapped, x, y, s, restarts))

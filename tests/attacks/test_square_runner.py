@@ -124,10 +124,11 @@ def test_registered_runner_is_torchattacks_square_under_linf() -> None:
     params = {"n_queries": 80, "p_init": 0.8, "restarts": 1, "loss": "margin"}
     params |= {"small_eps_below": 0.0, "small_eps_queries": 100}
     ctx = RunContext(seed=0)
-    ctx.block_seed = 1234
     with attack_mode(model):
         wrapped = GradSafe(model)
-        request = AttackRequest(wrapped, x, y, torch.arange(12), 0.05, "Linf", params, "sq", "square", ctx)
+        request = AttackRequest(
+            wrapped, x, y, torch.arange(12), 0.05, "Linf", params, "sq", "square", ctx, 1234
+        )
         with seeded(9):
             got = get_runner("square", "torchattacks").fn(request).x_adv
         with seeded(9):

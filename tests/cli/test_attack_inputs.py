@@ -338,8 +338,8 @@ def test_unreadable_chunks_are_computed_again(tmp_path: Path, trained: dict, cap
 
 
 def test_finalize_options_of_a_shard_job_are_checked() -> None:
-    assert attackrun.FinalizeOptions.from_dict({"n_diagnostics": 4}) == attackrun.FinalizeOptions(
-        n_diagnostics=4
+    assert attackrun.ShardFinalize.from_dict({"n_diagnostics": 4}) == attackrun.ShardFinalize(
+        attackrun.FinalizeOptions(n_diagnostics=4), attackrun.RunOptions.batch_size, 0
     )
     bad: list[Any] = [
         {"n_diagnostics": 0},
@@ -354,4 +354,16 @@ def test_finalize_options_of_a_shard_job_are_checked() -> None:
     ]
     for options in bad:
         with pytest.raises(ValueError, match="finalize option"):
-            attackrun.FinalizeOptions.from_dict(options)
+            attackrun.ShardFinalize.from_dict(options)
+
+
+def test_a_shard_job_stores_the_finalize_record_it_always_stored() -> None:
+    """FinalizeOptions no longer restates the run's batch size and seed; the record a --shard job writes for
+    the merge still holds them, as one flat object, so shards written before merge as they did."""
+    stored = {"diagnostics": True, "n_diagnostics": 8, "diagnostics_steps": 3, "batch_size": 16, "seed": 5}
+    record = attackrun.ShardFinalize.from_dict(stored)
+    assert record.options == attackrun.FinalizeOptions(True, 8, 3) and (record.batch_size, record.seed) == (
+        16,
+        5,
+    )
+    assert record.to_dict() == stored

@@ -24,19 +24,22 @@ def _resolve(*extra: str, out: Path = Path("unused")):
 
 
 def test_per_model_grad_modes_are_parsed_and_kept_in_the_configuration() -> None:
-    settings, _, _, request = _resolve("--grad-modes", "exact", "--grad-modes", "wavelet=exact,blocked,bpda")
+    settings, _, suite = _resolve("--grad-modes", "exact", "--grad-modes", "wavelet=exact,blocked,bpda")
+    request = settings.grad_modes  # the request itself, tuples of modes until config.json's one line
     assert request.modes_for("patch", "patch") == ("exact",)
     assert request.modes_for("wavelet", "wavelet") == ("exact", "blocked", "bpda")
-    assert settings.grad_modes == "exact;wavelet=exact,blocked,bpda"
-    assert attackrun.parse_grad_modes(settings.grad_modes) == request  # config.json's text reads back
-    settings, _, _, request = _resolve("--grad-modes", "wavelet=bpda", "--grad-modes", "wavelet=exact")
+    text = settings.to_config(suite, {})["grad_modes"]
+    assert text == "exact;wavelet=exact,blocked,bpda"
+    assert attackrun.parse_grad_modes(text) == request  # config.json's text reads back
+    settings, _, _ = _resolve("--grad-modes", "wavelet=bpda", "--grad-modes", "wavelet=exact")
+    request = settings.grad_modes
     assert request.modes_for("patch", "patch") is None  # not named: every mode it offers
     assert request.modes_for("wavelet", "wavelet") == ("bpda", "exact")
 
 
 def test_no_grad_modes_keeps_the_default_and_its_configuration() -> None:
-    settings, _, suite, request = _resolve()
-    assert request == attackrun.GradModeRequest() and settings.grad_modes == ""
+    settings, _, suite = _resolve()
+    assert settings.grad_modes == attackrun.GradModeRequest()
     config = settings.to_config(suite, {})
     assert config["grad_modes"] == DEFAULT_GRAD_MODES == "exact,blocked,bpda"  # what config.json always held
     assert "reference" not in config["suite"]
@@ -63,14 +66,14 @@ def test_requests_that_cannot_be_honoured_end_with_one_line(flags, message, tmp_
 
 
 def test_eps_sets_the_grid_of_the_threats_named_and_their_reference(tmp_path: Path) -> None:
-    settings, _, suite, _ = _resolve("--suite", "autoattack", "--eps", "Linf=2/255,8/255", "--eps", "L2=0.5")
+    settings, _, suite = _resolve("--suite", "autoattack", "--eps", "Linf=2/255,8/255", "--eps", "L2=0.5")
     assert suite.resolved_eps("fashion-mnist") == {"Linf": [2 / 255, 8 / 255], "L2": [0.5]}
     assert suite.declared_reference("fashion-mnist") == {"Linf": 8 / 255, "L2": 0.5}
-    _, _, linf_only, _ = _resolve(
+    _, _, linf_only = _resolve(
         "--suite", "autoattack", "--eps", "Linf=4/255", "--reference-eps", "Linf=4/255"
     )
     assert {a.threat for a in linf_only.attacks} == {"none", "Linf"}  # L2 not asked for: not run
-    _, _, plain, _ = _resolve("--suite", "autoattack")
+    _, _, plain = _resolve("--suite", "autoattack")
     assert settings.to_config(suite, {})["suite"] != settings.to_config(plain, {})["suite"]  # another config
 
 
@@ -115,7 +118,7 @@ def test_benchmark_attacks_the_budget_it_reports() -> None:
     kw = dict(
         n_examples=16, dataset="synthetic", suite="smoke", device="cpu", surrogate="none", diagnostics=False
     )
-    kw |= {"flags": ["--attacks", "fgsm"]}  # the smoke suite's grid is Linf 0.03 and 0.1: 8/255 is not on it
+    kw |= {"attacks": ["fgsm"]}  # the smoke suite's grid is Linf 0.03 and 0.1: 8/255 is not on it
     result = robustbench_wave.benchmark(model, eps="8/255", **kw)
     rows = result.records[result.records["model"] == result.model]
     assert sorted(set(rows["eps"])) == [0.0, 8 / 255] and result.eps == 8 / 255
