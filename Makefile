@@ -159,10 +159,10 @@ BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
-## The README's and docs/'s tables re-rendered from results/published/ (after `report publish RUN --name NAME`),
+## The README's and docs/'s tables re-rendered from results/published/ (after `python -m tools.docs publish RUN --name NAME`),
 ## and every number they quote checked against the file and cell its section's cite lines name (tests/test_docs.py too).
 docs: $(STAMP)
-	$(BIN)/python -m robustbench_wave.report docs
+	$(BIN)/python -m tools.docs render
 
 ## pytest on one worker per core (pytest-xdist, a test to whichever worker is free), the 15 slowest tests listed.
 ## A run that collects no test fails (pytest's exit 5), as any failure does.

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.harness import Row, interleaved, ratio_rows, run_script
+from robustbench_wave.core.io import atomic_write_text
 from robustbench_wave.data import dataset_info, load_split
-from robustbench_wave.io import atomic_write_text
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.training.engine import Recipe, build_optimizer
 

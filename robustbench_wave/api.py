@@ -31,7 +31,7 @@ from torch import nn
 
 from robustbench_wave import attackrun
 from robustbench_wave.attacks import DEFAULT_SUITE, Suite, parse_eps, parse_threat
-from robustbench_wave.distributed import DistContext, resolve_device
+from robustbench_wave.core.distributed import DistContext, resolve_device
 from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import (

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from robustbench_wave import attackrun, runfolder
+from robustbench_wave import attackrun
 from robustbench_wave.attackrun import RunOptions, RunSettings
 from robustbench_wave.attacks import BACKENDS, DEFAULT_SUITE, Suite, list_suites
-from robustbench_wave.cli import (
+from robustbench_wave.core import runfolder
+from robustbench_wave.core.cli import (
     BareMeans,
     ListAction,
     Parser,
@@ -36,13 +37,13 @@ from robustbench_wave.cli import (
     positive_int,
     setup_logging,
 )
+from robustbench_wave.core.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
+from robustbench_wave.core.tracking import check_tensorboard
 from robustbench_wave.data import describe_datasets
-from robustbench_wave.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
 from robustbench_wave.evaluation.eot import EOT_ITER, EotMode, EotSettings
 from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import TIMM_NAMES_HINT
-from robustbench_wave.tracking import check_tensorboard
 
 #: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
 #: torchrun stops every rank as soon as one fails, so a long wait never hides a crash).

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from robustbench_wave import defenses
 from robustbench_wave.attackrun import OwnedByModel
-from robustbench_wave.cli import (
+from robustbench_wave.core.cli import (
     ListAction,
     Parser,
     add_verbosity,
@@ -37,7 +37,7 @@ from robustbench_wave.cli import (
     setup_logging,
 )
 from robustbench_wave.data import dataset_info, describe_datasets
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE
+from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE
 from robustbench_wave.defenses.table import load_gallery_runs, title
 from robustbench_wave.models.external import ExternalSpec, is_external
 from robustbench_wave.models.gallery import GALLERY

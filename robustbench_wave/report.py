@@ -6,8 +6,6 @@
     python -m robustbench_wave.report reaudit RUN          # re-check attack --save-adversarial's examples
     python -m robustbench_wave.report export RUN [RUN ...] --out DIR   # RobustBench model_info + transfer matrix
     python -m robustbench_wave.report claims --run RUN --train DIR --out claims.md
-    python -m robustbench_wave.report publish RUN --name demo   # keep its summary files for the docs
-    python -m robustbench_wave.report docs [--check]            # README/docs numbers from published files
 
 This module owns the ``python -m robustbench_wave.report`` command, argparse subcommands each with its own
 ``--help`` (:data:`SUBCOMMANDS`); a first argument that names none is a run folder (``report RUN`` is
@@ -29,7 +27,7 @@ report.md from the records alone. Outputs of another configuration in RUN are re
 Before anything is written, every input is checked: the records must be readable, complete and those
 ``meta.json`` describes, of the configuration in the folder's config.json (:func:`load_run`), and ``--out``
 a writable place. Both commands hold the lock of the folder they write into
-(:class:`robustbench_wave.runfolder.RunLock`), so a run being attacked cannot be reported into. Bad input
+(:class:`robustbench_wave.core.runfolder.RunLock`), so a run being attacked cannot be reported into. Bad input
 ends with one line naming the file or flag, never a traceback.
 """
 
@@ -42,22 +40,19 @@ from pathlib import Path
 from typing import Any
 
 from robustbench_wave.attackrun import ShardFinalize, finish_merged_run, reaudit_run, write_merged_run
-from robustbench_wave.cli import ListAction, Parser, add_verbosity, command_line, positive_int, setup_logging
-from robustbench_wave.evaluation.sharding import merge_shard_folders
-from robustbench_wave.report_docs import (
-    DOCS,
-    DOCS_DESCRIPTION,
-    PUBLISH,
-    PUBLISH_DESCRIPTION,
-    docs_arguments,
-    docs_main,
-    publish_arguments,
-    publish_main,
+from robustbench_wave.core.cli import (
+    ListAction,
+    Parser,
+    add_verbosity,
+    command_line,
+    positive_int,
+    setup_logging,
 )
+from robustbench_wave.core.runfolder import RESULTS_ROOT, RunLock, check_writable_root
+from robustbench_wave.evaluation.sharding import merge_shard_folders
 from robustbench_wave.reporting.markdown import table_marks, write_report
 from robustbench_wave.reporting.runs import RunFolder, load_run, report_path
 from robustbench_wave.reporting.tables import write_tables
-from robustbench_wave.runfolder import RESULTS_ROOT, RunLock, check_writable_root
 
 #: The subcommand that reports run folders (the default: ``report RUN`` = ``report run RUN``).
 RUN = "run"
@@ -236,7 +231,7 @@ def _claims_arguments(p: Parser) -> None:
 def claims_main(args: Any, argv: list[str]) -> int:
     """``report claims``: check every input, then write --out (atomically; no lock: it writes only --out
     and the Pareto figures next to it)."""
-    from robustbench_wave.reporting.claims import load_inputs, write_claims
+    from robustbench_wave.reporting.claims_page import load_inputs, write_claims
 
     _setup_logging(quiet=True)
     command = " ".join(["python -m robustbench_wave.report", CLAIMS, *argv])
@@ -335,9 +330,6 @@ SUBCOMMANDS: dict[str, tuple[str, str, Callable[[Parser], None], Callable[[Any, 
     EXPORT: ("RobustBench model_info JSON and the transfer matrix", EXPORT_DESCRIPTION, _export_arguments,
              export_main),
     CLAIMS: ("claims.md: every claim of the source papers", CLAIMS_DESCRIPTION, _claims_arguments, claims_main),
-    PUBLISH: ("keep a run's summary files under results/published/", PUBLISH_DESCRIPTION, publish_arguments,
-              publish_main),
-    DOCS: ("README and docs/ from the published files, checked", DOCS_DESCRIPTION, docs_arguments, docs_main),
 }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.cli import (
+from robustbench_wave.core.cli import (
     ALL,
     ListAction,
     Parser,
@@ -34,8 +34,7 @@ from robustbench_wave.cli import (
     positive_int,
     setup_logging,
 )
-from robustbench_wave.data import DatasetInfo, dataset_info, describe_datasets, load_split
-from robustbench_wave.distributed import (
+from robustbench_wave.core.distributed import (
     DEVICE_CHOICES,
     DistContext,
     all_gather_object,
@@ -43,9 +42,10 @@ from robustbench_wave.distributed import (
     distributed_run,
     resolve_device,
 )
+from robustbench_wave.core.runfolder import check_inside, check_writable_root
+from robustbench_wave.data import DatasetInfo, dataset_info, describe_datasets, load_split
 from robustbench_wave.models.vit import check_buildable
 from robustbench_wave.models.zoo import list_zoo, load_spec, spec_path
-from robustbench_wave.runfolder import check_inside, check_writable_root
 from robustbench_wave.training.checkpoint import run_dir
 from robustbench_wave.training.engine import Recipe
 from robustbench_wave.training.parallel import Parallelism, assign_runs, check_bf16

@@ -1,5 +1,5 @@
 """The README and docs/ as a reader meets them: short, linked, and every measured number backed by the file the
-code wrote (results/published/, checked by reporting.published)."""
+code wrote (results/published/, checked by tools.published)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_wave.reporting.published import check_markdown, unpublished_sections
+from tools.published import check_markdown, unpublished_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

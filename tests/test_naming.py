@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from robustbench_wave.attacks import load_suite
+from robustbench_wave.core.naming import close_matches, did_you_mean
 from robustbench_wave.data import load_split
 from robustbench_wave.models.zoo import load_spec
-from robustbench_wave.naming import close_matches, did_you_mean
 from robustbench_wave.training.checkpoint import load_trained
 
 

@@ -13,7 +13,7 @@ refuses a run it cannot honour with :class:`RunRefused` (a ValueError) before an
   another configuration is refused unless ``--overwrite``, which first removes what that configuration made
   and nothing else), the run lock, and the one builder of ``meta.json``'s ``run`` entry;
 * :mod:`.job`: one invocation resolved before anything is written (:func:`prepare_job`);
-* :mod:`.execute`: every model through :func:`robustbench_wave.evaluation.evaluate`, on the whole run, on
+* :mod:`.run_job`: every model through :func:`robustbench_wave.evaluation.evaluate`, on the whole run, on
   torchrun's ranks (rank 0 gathers and merges) or as one ``--shard i/n`` job whose
   :class:`~robustbench_wave.evaluation.sharding.ShardJob` ``report merge`` reads;
 * :mod:`.measure`: the attacks the finished run's last step runs beyond its suite (the checklist's subset
@@ -21,21 +21,13 @@ refuses a run it cannot honour with :class:`RunRefused` (a ValueError) before an
   (:func:`finalize_run`);
 * :mod:`.finalize`: diagnostics, escalation after the checklist, verdict, report.md and marked tables of the
   finished run;
-* :mod:`.merge` and :mod:`.reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``--reaudit
+* :mod:`.merge` and :mod:`.run_reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``--reaudit
   RUN`` do with a finished run.
 
 The package sits above ``reporting`` (it writes tables and reports) and below the command lines; the
 report command reaches it here, never through the attack command.
 """
 
-from robustbench_wave.attackrun.execute import (
-    attack_models,
-    check_shards,
-    choose_shard,
-    rank_shard,
-    run_data_sha256,
-    run_job,
-)
 from robustbench_wave.attackrun.finalize import FinalizeOptions, ShardFinalize, diagnose, finalize_merged_run
 from robustbench_wave.attackrun.folder import (
     CHUNKS_DIR,
@@ -58,7 +50,15 @@ from robustbench_wave.attackrun.models import (
     model_hashes,
     reload_models,
 )
-from robustbench_wave.attackrun.reaudit import reaudit_run
+from robustbench_wave.attackrun.run_job import (
+    attack_models,
+    check_shards,
+    choose_shard,
+    rank_shard,
+    run_data_sha256,
+    run_job,
+)
+from robustbench_wave.attackrun.run_reaudit import reaudit_run
 from robustbench_wave.attackrun.settings import (
     AUTO_SURROGATE,
     AUTO_SURROGATE_MODEL,

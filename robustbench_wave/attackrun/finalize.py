@@ -3,7 +3,7 @@
 for a run joined from ``--shard`` jobs, whose models and test images are then reloaded and checked.
 
 When every gradient mode of a model failed the checklist, the run escalates
-(:func:`robustbench_wave.attackrun.escalation.after_checklist`): its records grow by the escalation's rows,
+(:func:`robustbench_wave.attackrun.run_escalation.after_checklist`): its records grow by the escalation's rows,
 and the checklist, verdict and report are computed again from them. The tables are then written again with
 the checklist's marks (:func:`robustbench_wave.reporting.tables.write_tables`).
 """
@@ -17,16 +17,16 @@ from typing import Any
 
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS
 from robustbench_wave.analysis.verdict import unverified_cells
-from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
+from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.settings import NO_SURROGATE, RUN_EVALUATION, Echo
+from robustbench_wave.core.distributed import resolve_device
+from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import LabelledImages, load_test_images
-from robustbench_wave.distributed import resolve_device
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_meta, read_run
 from robustbench_wave.models.external import ExternalSpec
-from robustbench_wave.naming import check_whole
 from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON, VERDICT_JSON
 from robustbench_wave.reporting.tables import MARK, write_tables
 

@@ -5,7 +5,7 @@ the ``run`` entry of its ``meta.json``.
 ``config.json`` (:data:`~robustbench_wave.evaluation.records.CONFIG_FILE`, the one name of that file). A
 folder holding another configuration is refused unless overwritten, and replacing one first removes what
 it made (:data:`RUN_FILES`, :data:`RUN_FOLDERS`) and nothing else. The command that writes a folder holds
-its :class:`~robustbench_wave.runfolder.RunLock` meanwhile.
+its :class:`~robustbench_wave.core.runfolder.RunLock` meanwhile.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave import runfolder
 from robustbench_wave.attackrun.settings import RunRefused
+from robustbench_wave.core import runfolder
+from robustbench_wave.core.distributed import DistContext, broadcast_object
+from robustbench_wave.core.io import atomic_write_json
 from robustbench_wave.data import DatasetInfo
-from robustbench_wave.distributed import DistContext, broadcast_object
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import ADVERSARIAL_DIR
 from robustbench_wave.evaluation.sharding import SHARDS_DIR
-from robustbench_wave.io import atomic_write_json
 from robustbench_wave.reporting.runs import FIGURES_DIR, REPORT_OUTPUT_FILES
 from robustbench_wave.reporting.tables import TABLE_FILES
 
@@ -75,7 +75,7 @@ def _read_config(config_path: Path) -> dict[str, Any] | None:
 def prepare_run_dir(run_dir: Path, config: dict[str, Any], overwrite: bool) -> None:
     """Write ``config.json``; a folder holding another configuration is refused unless ``overwrite``.
 
-    Called holding the folder's :class:`~robustbench_wave.runfolder.RunLock`. Results without a readable
+    Called holding the folder's :class:`~robustbench_wave.core.runfolder.RunLock`. Results without a readable
     ``config.json`` count as another configuration. Replacing one first removes everything it made
     (:data:`RUN_FILES`, :data:`RUN_FOLDERS`) and nothing else, before the new ``config.json`` exists, so a run
     killed later never leaves old records or tables beside the new configuration. Raises ValueError if refused.

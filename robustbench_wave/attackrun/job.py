@@ -22,11 +22,11 @@ from robustbench_wave.attackrun.settings import (
     resolve_model_modes,
 )
 from robustbench_wave.attacks import Suite
+from robustbench_wave.core.naming import check_whole
+from robustbench_wave.core.runfolder import RESULTS_ROOT
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE, check_budgets
 from robustbench_wave.models.autobpda import gradient_path
-from robustbench_wave.naming import check_whole
-from robustbench_wave.runfolder import RESULTS_ROOT
 
 
 @dataclass(frozen=True)

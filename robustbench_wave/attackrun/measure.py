@@ -36,11 +36,11 @@ from robustbench_wave.attacks import (
     find_wavelet_front_end,
     modes_for,
 )
+from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.evaluation.meta_sections import AttacksMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_run
-from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.runs import DIAGNOSTICS_CSV, DIAGNOSTICS_JSON, ENERGY_FILE
 

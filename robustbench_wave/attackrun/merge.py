@@ -13,9 +13,9 @@ from typing import Any
 from robustbench_wave.attackrun.finalize import ShardFinalize, finalize_merged_run
 from robustbench_wave.attackrun.folder import discard_other_configuration, run_meta
 from robustbench_wave.attackrun.settings import Echo, RunRefused
+from robustbench_wave.core.io import atomic_write_json
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.result import EvaluationResult
-from robustbench_wave.io import atomic_write_json
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.runs import load_run, report_path
 from robustbench_wave.reporting.tables import write_tables

@@ -17,8 +17,9 @@ from typing import Any
 
 from torch import nn
 
-from robustbench_wave import runfolder
 from robustbench_wave.attacks import Suite, load_suite, parse_budgets
+from robustbench_wave.core import runfolder
+from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import DEFAULT_DATASET
 from robustbench_wave.evaluation import EvalSettings, resolve_grad_modes
 from robustbench_wave.evaluation.eot import EotSettings
@@ -26,7 +27,6 @@ from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
 from robustbench_wave.models.external import ExternalSpec, is_external, parse_normalize
 from robustbench_wave.models.frontend import MODE_NAMES
-from robustbench_wave.naming import check_whole
 
 #: ``--surrogate`` value that skips the transfer attack.
 NO_SURROGATE = "none"
@@ -40,7 +40,7 @@ AUTO_SURROGATE = "auto"
 AUTO_SURROGATE_MODEL = "patch"
 
 #: ``--escalation`` values: ``auto`` (the default) escalates where the gradient is lost, unhandled or masked
-#: (:mod:`robustbench_wave.attackrun.escalation`); ``off`` reproduces an evaluation without it (its cells
+#: (:mod:`robustbench_wave.attackrun.run_escalation`); ``off`` reproduces an evaluation without it (its cells
 #: stay marked).
 ESCALATION_CHOICES = ("auto", "off")
 

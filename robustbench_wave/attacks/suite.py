@@ -25,7 +25,7 @@ of a pixel together) that may change, so ``eps = 0.05`` lets 5% of the pixels fl
 Validation: ``Linf`` and ``L0`` budgets must lie in [0, 1]; ``L2`` budgets must be >= 0 (an L2 budget above 1
 is normal, e.g. 2.0 on 28x28 images) and are checked against sqrt(C*H*W) when the data is known
 (:func:`robustbench_wave.evaluation.plan.check_budgets`). The suite's ``name`` becomes part of a run folder's
-name, so it must be a safe folder name (:func:`robustbench_wave.runfolder.check_safe_name`).
+name, so it must be a safe folder name (:func:`robustbench_wave.core.runfolder.check_safe_name`).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ from robustbench_wave.attacks.registry import (
     is_average_case,
     list_families,
 )
-from robustbench_wave.naming import did_you_mean
-from robustbench_wave.runfolder import check_safe_name
+from robustbench_wave.core.naming import did_you_mean
+from robustbench_wave.core.runfolder import check_safe_name
 
 SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
 THREATS = tuple(t.value for t in Threat)

@@ -1,7 +1,7 @@
 """Data sets for training and attacking: every split comes back as uint8 pixels plus int64 labels.
 
 This package owns loading, verifying and batching data. One module per source (:mod:`.fashion_mnist`,
-:mod:`.cifar10`, :mod:`.imagefolder`, :mod:`.synthetic`) registers itself in :mod:`.registry`; downloads
+:mod:`.cifar10`, :mod:`.imagefolder`, :mod:`.synthetic`) registers itself in :mod:`.sources`; downloads
 and checksums live in :mod:`.download`, the idx format in :mod:`.idx`, the shared types and pixel helpers
 in :mod:`.base` (:class:`LabelledImages`: float images with their labels and info, as
 :func:`load_test_images` returns them), and the training-time split, batches and augmentation in
@@ -28,7 +28,7 @@ from robustbench_wave.data.batches import augment, iterate_batches, train_val_sp
 from robustbench_wave.data.download import DATA_DIR_ENV, data_dir
 from robustbench_wave.data.idx import parse_idx, read_idx
 from robustbench_wave.data.imagefolder import imagefolder_order
-from robustbench_wave.data.registry import (
+from robustbench_wave.data.sources import (
     DEFAULT_DATASET,
     dataset_info,
     describe_datasets,

@@ -13,7 +13,7 @@ import numpy as np
 
 from robustbench_wave.data.base import DataError, DatasetInfo, LoadResult, Split, as_tensors
 from robustbench_wave.data.download import download, missing_reason, verify_md5_file, where_to_put
-from robustbench_wave.data.registry import register_dataset
+from robustbench_wave.data.sources import register_dataset
 
 NAME = "cifar10"
 ARCHIVE = "cifar-10-binary.tar.gz"

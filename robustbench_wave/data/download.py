@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from robustbench_wave.core.io import atomic_write
 from robustbench_wave.data.base import ChecksumError
-from robustbench_wave.io import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import numpy as np
 from robustbench_wave.data.base import DataError, DatasetInfo, LoadResult, Split, as_tensors
 from robustbench_wave.data.download import download, missing_reason, where_to_put
 from robustbench_wave.data.idx import read_idx
-from robustbench_wave.data.registry import register_dataset
+from robustbench_wave.data.sources import register_dataset
 
 NAME = "fashion-mnist"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from robustbench_wave.core.io import atomic_write, atomic_write_json
 from robustbench_wave.data.base import (
     DataError,
     DatasetInfo,
@@ -30,8 +31,7 @@ from robustbench_wave.data.base import (
     slugify,
     stats_from_counts,
 )
-from robustbench_wave.data.registry import register_dataset
-from robustbench_wave.io import atomic_write, atomic_write_json
+from robustbench_wave.data.sources import register_dataset
 
 logger = logging.getLogger(__name__)
 

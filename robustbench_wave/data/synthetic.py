@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from robustbench_wave.data.base import DatasetInfo, LoadResult, Split, as_tensors, channel_stats
-from robustbench_wave.data.registry import InfoGetter, register_dataset
+from robustbench_wave.data.sources import InfoGetter, register_dataset
 
 GRAY, RGB = "synthetic", "synthetic-rgb"
 

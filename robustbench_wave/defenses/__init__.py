@@ -5,14 +5,14 @@ exact gradients and fall under BPDA and EOT; the harness must reproduce that on 
 :mod:`robustbench_wave.models.gallery` without being told which defence is which. This package owns the
 three steps of ``python -m robustbench_wave.gallery`` (and ``make defenses``): :mod:`.training` trains the
 gallery's weights with the shared recipe (:mod:`robustbench_wave.training.engine`), reusing finished ones;
-:mod:`.runs` attacks each defence with the attack command (``python -m robustbench_wave.attack``) under a
+:mod:`.protocols` attacks each defence with the attack command (``python -m robustbench_wave.attack``) under a
 naive protocol (the exact gradient, no EOT in the attacks) and the adaptive one (the harness's automatic
 BPDA and EOT); :mod:`.table` builds the one table from those run folders' records and checklists. A
 defence of the user's (``--defence FILE.py:FACTORY --weights W``) goes through the same two protocols in
 the same runs as its undefended twin (``--baseline``), which its row is judged against on the same images.
 """
 
-from robustbench_wave.defenses.runs import (
+from robustbench_wave.defenses.protocols import (
     PROTOCOLS,
     AttackOptions,
     attack_gallery,

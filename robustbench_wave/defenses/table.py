@@ -39,7 +39,8 @@ import pandas as pd
 from robustbench_wave.analysis.formatting import DASH, interval, number, points
 from robustbench_wave.analysis.verdict import MORE, UNDECIDED, VerdictSettings, comparison_outcome, p_values
 from robustbench_wave.attacks import AttackKind, Threat
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, AttackOptions, run_dir
+from robustbench_wave.core.io import atomic_write_text
+from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, AttackOptions, run_dir
 from robustbench_wave.evaluation.metrics import (
     CLEAN_KIND,
     EPS_TOL,
@@ -52,7 +53,6 @@ from robustbench_wave.evaluation.metrics import (
     threat_eps,
     wilson_interval,
 )
-from robustbench_wave.io import atomic_write_text
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.models.gallery import GALLERY, UNDEFENDED
 from robustbench_wave.reporting.runs import RunFolder, load_run

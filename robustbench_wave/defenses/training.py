@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from robustbench_wave.core.io import atomic_write_json, provenance, sha256_file
+from robustbench_wave.core.runfolder import RunLock, check_inside
 from robustbench_wave.data import DEFAULT_DATASET, DatasetInfo
-from robustbench_wave.io import atomic_write_json, provenance, sha256_file
 from robustbench_wave.models.gallery import GalleryEntry, trained_entries
-from robustbench_wave.runfolder import RunLock, check_inside
 from robustbench_wave.training.checkpoint import save_weights
 from robustbench_wave.training.engine import (
     Recipe,

@@ -30,7 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from robustbench_wave.io import atomic_write_bytes
+from robustbench_wave.core.io import atomic_write_bytes
 
 #: The run sub-folder holding one file per model.
 ADVERSARIAL_DIR = "adversarial"

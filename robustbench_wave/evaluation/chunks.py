@@ -24,9 +24,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from robustbench_wave.core.io import atomic_write_json
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import AdversarialSet, read_set, write_set
-from robustbench_wave.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 

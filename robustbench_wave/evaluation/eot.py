@@ -37,8 +37,8 @@ from torch import nn
 
 from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
 from robustbench_wave.attacks.draws import DRAW_RULE, rows_budget, rows_independent
+from robustbench_wave.core.naming import parse_enum
 from robustbench_wave.evaluation.execute import predict
-from robustbench_wave.naming import parse_enum
 
 log = logging.getLogger(__name__)
 

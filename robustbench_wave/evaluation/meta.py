@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from robustbench_wave.core.io import provenance
 from robustbench_wave.evaluation.chunks import state_sha256, tensor_sha256
 from robustbench_wave.evaluation.plan import EvalSettings, Examples, Plan
 from robustbench_wave.evaluation.records import SCHEMA_VERSION
-from robustbench_wave.io import provenance
 from robustbench_wave.models.autobpda import gradient_path_meta
 from robustbench_wave.models.frontend import has_fixed_front_end
 

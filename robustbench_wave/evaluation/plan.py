@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from robustbench_wave.attacks import BACKENDS, AttackEntry, AttackKind, EntryFit, Suite, Threat, fit_entry
+from robustbench_wave.core.naming import check_whole, parse_enum
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.metrics import EPS_TOL, middle_budget
-from robustbench_wave.naming import check_whole, parse_enum
 
 log = logging.getLogger(__name__)
 SHARED = "shared"  # chunk label of an attack run once for every gradient mode

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustbench_wave.io import atomic_write_bytes, atomic_write_json
+from robustbench_wave.core.io import atomic_write_bytes, atomic_write_json
 
 RECORDS_FILE = "records.csv.gz"
 #: Where runs before cross-check rows joined the records kept them; only removed now, with a run's outputs.

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.evaluation import metrics
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import (
@@ -26,7 +27,6 @@ from robustbench_wave.evaluation.adversarial import (
     read_set,
     write_set,
 )
-from robustbench_wave.runfolder import check_safe_name
 
 
 @dataclass

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from robustbench_wave.distributed import shard_bounds
+from robustbench_wave.core.distributed import shard_bounds
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.adversarial import META_KEY, merge_sets
 from robustbench_wave.evaluation.meta_sections import InvocationMeta, ModelsMeta, ProvenanceMeta, SettingsMeta
@@ -95,7 +95,7 @@ def shard_positions(example_ids: torch.Tensor, rng_block: int, index: int, count
     """Positions (ascending) of the examples shard ``index`` of ``count`` evaluates.
 
     Shards own whole seeding blocks (``id // rng_block``), spread as evenly as possible in the order the
-    blocks first appear; for ids ``0..N-1`` this is :func:`robustbench_wave.distributed.shard_bounds`.
+    blocks first appear; for ids ``0..N-1`` this is :func:`robustbench_wave.core.distributed.shard_bounds`.
     """
     if rng_block < 1:
         raise ValueError(f"rng_block must be >= 1, got {rng_block}")

@@ -21,7 +21,7 @@ from enum import Enum
 import torch
 from torch import nn
 
-from robustbench_wave.naming import parse_enum
+from robustbench_wave.core.naming import parse_enum
 
 log = logging.getLogger(__name__)
 

@@ -60,10 +60,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from torch import nn
 
+from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.data import DatasetInfo, describe_images
 from robustbench_wave.models.autobpda import auto_bpda
 from robustbench_wave.models.vit import Normalize
-from robustbench_wave.runfolder import check_safe_name
 
 TIMM_PREFIX = "timm:"
 

@@ -28,8 +28,8 @@ import torch
 from timm.layers import PatchEmbed
 from torch import nn
 
+from robustbench_wave.core.naming import parse_enum
 from robustbench_wave.models.wavelet import WaveletFrontEnd
-from robustbench_wave.naming import parse_enum
 
 #: What timm's ``VisionTransformer(embed_layer=...)`` takes: a class or partial building the tokenizer.
 EmbedLayer = Callable[..., nn.Module]

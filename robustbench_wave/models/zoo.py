@@ -3,7 +3,7 @@
 A spec names a tokenizer, its arguments and a shared body (``models/bodies.toml``), so that every zoo model
 uses the same transformer and differs only where the comparison wants it to.  ``--model`` accepts a zoo
 name or the path of a TOML file with the same fields.  A spec is checked when it is read: its ``name``
-becomes a run folder, so it must be a safe folder name (:func:`robustbench_wave.runfolder.check_safe_name`),
+becomes a run folder, so it must be a safe folder name (:func:`robustbench_wave.core.runfolder.check_safe_name`),
 and the body sizes must make a transformer, so that a bad spec ends with one line naming the file and field
 instead of a traceback from deep inside timm.  An optional top-level ``normalize_input = true|false``
 overrides the tokenizer's default (whether the model standardises its [0, 1] inputs with the data set's
@@ -27,9 +27,9 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from robustbench_wave.core.naming import did_you_mean
+from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.models.tokenizers import list_tokenizers
-from robustbench_wave.naming import did_you_mean
-from robustbench_wave.runfolder import check_safe_name
 
 ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
 BODIES_FILE = "bodies.toml"

@@ -43,6 +43,7 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import percent
 from robustbench_wave.attacks import Trait, families_with, is_average_case, load_suite
+from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.data import dataset_info
 from robustbench_wave.evaluation.chunks import config_fingerprint
 from robustbench_wave.evaluation.meta_sections import RecordsMeta
@@ -56,7 +57,6 @@ from robustbench_wave.evaluation.metrics import (
     shared_status,
     threat_eps,
 )
-from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.reporting.tables import _latex_escape, format_eps
 

@@ -27,8 +27,8 @@ from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
 from robustbench_wave.analysis.verdict import Marks, claim_numbers, unverified_cells
 from robustbench_wave.attacks import Trait, families_with
+from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
-from robustbench_wave.io import atomic_write_json, atomic_write_text
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.model_section import external_models, has_wavelet_model, models_markdown
 from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures

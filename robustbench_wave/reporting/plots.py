@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from robustbench_wave.attacks.corruptions import corruption_group, list_corruptions
+from robustbench_wave.core.io import atomic_write
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
     WORST,
@@ -29,7 +30,6 @@ from robustbench_wave.evaluation.metrics import (
     corruption_accuracy,
     summarize,
 )
-from robustbench_wave.io import atomic_write
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.runs import FIGURES_DIR, RunFolder, combined_energy
 from robustbench_wave.reporting.tables import seed_summary
@@ -311,7 +311,7 @@ def plot_pareto(points: pd.DataFrame, path: str | Path, *, title: str = "") -> P
     the points on the joint Pareto front circled: the trade-off claimed by Marin et al. (WACV 2023).
 
     ``points``: columns method, gmacs, accuracy (and optionally acc_sd, pareto), e.g.
-    :func:`robustbench_wave.analysis.claims.tokenpool_points`.
+    :func:`robustbench_wave.analysis.claim_rules.tokenpool_points`.
     """
     if points.empty:
         return None

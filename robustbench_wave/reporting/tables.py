@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import DASH, number, percent
+from robustbench_wave.core.io import atomic_write_text
 from robustbench_wave.evaluation.meta_sections import SettingsMeta, SuiteMeta
 from robustbench_wave.evaluation.metrics import (
     CLEAN_THREAT,
@@ -51,7 +52,6 @@ from robustbench_wave.evaluation.metrics import (
     default_baseline,
     summarize,
 )
-from robustbench_wave.io import atomic_write_text
 
 #: The files :func:`write_tables` writes, by the key of the paths it returns.
 TABLE_FILES = {

@@ -11,7 +11,7 @@ Layout of one training run: ``<results>/train/<dataset-slug>/<model>/seed-<s>/``
 * ``resume.safetensors`` + ``resume.json`` -- model, optimizer, scheduler and RNG state and the per-epoch
   history after the last completed epoch, so a killed run continues where it stopped instead of starting
   again;
-* ``.lock`` -- held by the run that writes the folder (:class:`robustbench_wave.runfolder.RunLock`).
+* ``.lock`` -- held by the run that writes the folder (:class:`robustbench_wave.core.runfolder.RunLock`).
 
 These are the only files training writes (:data:`OWNED_FILES`); ``--overwrite`` deletes those and nothing else.
 """
@@ -29,13 +29,19 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from robustbench_wave.core.io import (
+    atomic_write,
+    atomic_write_json,
+    atomic_write_text,
+    read_jsonl,
+    sha256_file,
+)
+from robustbench_wave.core.naming import did_you_mean
+from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.data import DatasetInfo, dataset_info
-from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, read_jsonl, sha256_file
 from robustbench_wave.models.external import state_mismatch
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.models.zoo import list_zoo
-from robustbench_wave.naming import did_you_mean
-from robustbench_wave.runfolder import check_safe_name
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The recipe is deliberately a single frozen dataclass: patch, wavelet and Token-Pooling ViTs get the same
 optimizer, schedule, augmentation, epochs and seed, so accuracy and throughput differences come from the
-tokenizer alone. The loop runs on one process or, given a :class:`~robustbench_wave.distributed.DistContext`
+tokenizer alone. The loop runs on one process or, given a :class:`~robustbench_wave.core.distributed.DistContext`
 of several ranks and a DDP-wrapped model, on this rank's slice of every global batch (:mod:`.parallel`).
 """
 
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from robustbench_wave.core.distributed import DistContext
 from robustbench_wave.data import iterate_batches
-from robustbench_wave.distributed import DistContext
 from robustbench_wave.training.parallel import (
     SINGLE,
     all_reduce_sums,

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from robustbench_wave.distributed import DistContext, all_gather_object, shard_bounds
+from robustbench_wave.core.distributed import DistContext, all_gather_object, shard_bounds
 
 T = TypeVar("T")
 

@@ -27,14 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from robustbench_wave.core.distributed import DistContext, barrier, broadcast_object
+from robustbench_wave.core.io import atomic_write_json, provenance, read_jsonl
+from robustbench_wave.core.runfolder import RESULTS_ROOT, FolderBusyError, RunLock, check_inside, remove_owned
+from robustbench_wave.core.tracking import TrainingLog, check_tensorboard, train_log_dir
 from robustbench_wave.data import DEFAULT_DATASET, DatasetInfo, load_split, train_val_split
-from robustbench_wave.distributed import DistContext, barrier, broadcast_object
-from robustbench_wave.io import atomic_write_json, provenance, read_jsonl
 from robustbench_wave.models.flops import flops_summary, vit_flops
 from robustbench_wave.models.vit import build_model, describe
 from robustbench_wave.models.zoo import load_spec
-from robustbench_wave.runfolder import RESULTS_ROOT, FolderBusyError, RunLock, check_inside, remove_owned
-from robustbench_wave.tracking import TrainingLog, check_tensorboard, train_log_dir
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training.engine import (
     Recipe,
@@ -64,7 +64,7 @@ class TrainConfig:
     ``train_subset``/``test_subset`` shrink the splits for smoke runs and are part of the run's
     fingerprint, as is ``bf16`` (autocast on CUDA) when on; ``fresh`` discards an existing run;
     ``progress`` only shows bars; ``tensorboard``, a folder, copies each run into a TensorBoard run there
-    (:mod:`robustbench_wave.tracking`; needs the ``tracking`` extra), and is not part of the run either.
+    (:mod:`robustbench_wave.core.tracking`; needs the ``tracking`` extra), and is not part of the run either.
     Where the run executes (device, number of ranks) is provenance, not configuration: results of several
     ranks differ from one only by floating-point reduction order, so a
     run resumes and is reused across device counts. Counts are checked here (ValueError), so a library
@@ -214,10 +214,10 @@ def train_model(
 ) -> dict[str, Any]:
     """Train (or resume, or reuse) one model for one seed on ``ctx``'s device; returns its summary row.
 
-    With several ranks (``ctx`` from :func:`robustbench_wave.distributed.init_distributed` under torchrun)
+    With several ranks (``ctx`` from :func:`robustbench_wave.core.distributed.init_distributed` under torchrun)
     every rank calls this with the same arguments: they train one DDP model, rank 0 locks the run folder
     and writes the files, and every rank returns the same row. ``config.out`` must be a folder every rank
-    can read. A folder locked by another run ends this one with :class:`~robustbench_wave.runfolder.
+    can read. A folder locked by another run ends this one with :class:`~robustbench_wave.core.runfolder.
     FolderBusyError` (a ValueError) on every rank.
     """
     check_global_batch(config.recipe.batch_size, ctx)

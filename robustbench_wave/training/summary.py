@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from robustbench_wave.core.io import atomic_write
 from robustbench_wave.data import DatasetInfo
-from robustbench_wave.io import atomic_write
 from robustbench_wave.training.runner import SUMMARY_COLUMNS
 
 SUMMARY_CSV = "summary.csv"

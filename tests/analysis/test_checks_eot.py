@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from robustbench_wave.analysis.checks import get_check
-from robustbench_wave.analysis.checks.base import CheckInputs
+from robustbench_wave.analysis.checks.check import CheckInputs
 from robustbench_wave.evaluation.eot import EotPlan, Randomness, vote_tolerance
 from tests.support.masking_models import NUM_CLASSES, NoisyQuadrant, attack_rows, clean_rows, quadrant_data
 

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from robustbench_wave import report
-from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import claim_rules as cl
 from robustbench_wave.analysis import verdict as vd
 from robustbench_wave.evaluation.result import EvaluationResult
-from robustbench_wave.reporting import claims as rc
+from robustbench_wave.reporting import claims_page as rc
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.training.checkpoint import spec_sha256
 from tests.support.masking_models import NUM_CLASSES, baseline_spec, masking_spec, synthetic_records

@@ -26,7 +26,7 @@ from robustbench_wave.analysis.checks import (
     loss_convergence,
     register_check,
 )
-from robustbench_wave.analysis.checks import base as checks_base
+from robustbench_wave.analysis.checks import check as checks_base
 from robustbench_wave.analysis.checks.compare import mode_view
 from robustbench_wave.analysis.diagnostics import diagnostics_suite, run_diagnostics
 from robustbench_wave.evaluation import EvalSettings, evaluate

@@ -22,7 +22,7 @@ from torch import nn
 from robustbench_wave import attack
 from robustbench_wave.attacks import parse_suite
 from robustbench_wave.attacks.draws import common_draw_logits
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, PROTOCOLS
+from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, PROTOCOLS
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotSettings, vote_tolerance
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from robustbench_wave import attack, attackrun
-from robustbench_wave.cli import command_line
+from robustbench_wave.core.cli import command_line
 from robustbench_wave.data import LabelledImages, load_split, load_test_images
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.training import checkpoint
@@ -214,6 +214,6 @@ def test_the_test_images_come_named_and_at_most_the_split(caplog: pytest.LogCapt
     assert torch.equal(part.images, data.images[[1, 3]]) and torch.equal(part.labels, data.labels[[1, 3]])
     assert part.info is data.info
     n = len(load_split("synthetic", "test")[1])
-    with caplog.at_level("WARNING", logger="robustbench_wave.data.registry"):
+    with caplog.at_level("WARNING", logger="robustbench_wave.data.sources"):
         assert len(load_test_images("synthetic", n + 5)) == n
     assert f"the test split has only {n} images" in caplog.text

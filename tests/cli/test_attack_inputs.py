@@ -25,10 +25,10 @@ from torch import nn
 
 from robustbench_wave import attack, attackrun, report
 from robustbench_wave.attacks import load_suite
+from robustbench_wave.core.runfolder import RunLock
 from robustbench_wave.data import dataset_info, load_split, to_float
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE
-from robustbench_wave.runfolder import RunLock
 from robustbench_wave.training import checkpoint
 
 SYNTHETIC = dataset_info("synthetic")

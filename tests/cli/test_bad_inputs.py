@@ -31,8 +31,8 @@ import torch
 from safetensors.torch import save_file
 
 from robustbench_wave import attack, train
+from robustbench_wave.core.runfolder import RunLock
 from robustbench_wave.data import load_split
-from robustbench_wave.runfolder import RunLock
 from tests.support.bad_inputs import (
     Case,
     Env,

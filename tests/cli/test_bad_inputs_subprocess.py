@@ -47,7 +47,7 @@ def test_train_out_under_a_read_only_folder() -> None:
         if setpriv is None:
             pytest.skip("running as root without setpriv: cannot make a folder read-only")
         prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-        probe = [*prefix, sys.executable, "-c", "import robustbench_wave.runfolder"]
+        probe = [*prefix, sys.executable, "-c", "import robustbench_wave.core.runfolder"]
         if subprocess.run(probe, cwd="/", env={"PYTHONPATH": str(REPO)}, capture_output=True).returncode:
             pytest.skip("nobody cannot run this interpreter or import the package")
     root = Path(tempfile.mkdtemp(prefix="rbw-bad-inputs-"))  # pytest's tmp folders are closed to nobody

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_wave.io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_mode
-from robustbench_wave.runfolder import RunLock
+from robustbench_wave.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_mode
+from robustbench_wave.core.runfolder import RunLock
 from tests.support import REPO
 
 

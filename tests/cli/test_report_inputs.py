@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_wave import attackrun, cli, report
+from robustbench_wave import attackrun, report
+from robustbench_wave.core import cli
+from robustbench_wave.core.runfolder import RunLock
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.sharding import SHARDS_DIR, Shard, merge_shard_folders, shard_dir
 from robustbench_wave.reporting.runs import ENERGY_FILE, load_run
 from robustbench_wave.reporting.tables import TABLE_FILES
-from robustbench_wave.runfolder import RunLock
 from tests.support.saved_runs import CONFIG, N, one_line_error, run_meta, run_records, saved_run
 
 # ---------------------------------------------------------------------------------------- damaged files

@@ -1,4 +1,4 @@
-"""``--tensorboard`` (robustbench_wave.tracking): the event files, read back with TensorBoard's own reader,
+"""``--tensorboard`` (robustbench_wave.core.tracking): the event files, read back with TensorBoard's own reader,
 hold exactly the numbers of the run's files (metrics.jsonl, config.json, summary.csv), once per step after
 a kill and a resume; a missing package is refused before any write; a failing writer loses no result.
 (Ranks under torchrun: test_tracking_torchrun.py.)"""
@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robustbench_wave import attack, tracking, train
+from robustbench_wave import attack, train
+from robustbench_wave.core import tracking
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.training import checkpoint as ckpt
 from tests.support.tensorboard_runs import ARGS, check_training_copy, event_files, read_scalars
@@ -70,7 +71,7 @@ def test_a_failing_writer_loses_no_result(tmp_path, monkeypatch, caplog):
         raise OSError("disk full")
 
     monkeypatch.setattr(SummaryWriter, "add_scalar", broken)
-    with caplog.at_level(logging.WARNING, logger="robustbench_wave.tracking"):
+    with caplog.at_level(logging.WARNING, logger="robustbench_wave.core.tracking"):
         assert _train(tmp_path / "out", tmp_path / "tb") == 0
     assert len([r for r in caplog.records if "disk full" in r.getMessage()]) == 1
     plain = ckpt.run_dir(tmp_path / "plain", "synthetic", "patch", 0)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from robustbench_wave import tracking
+from robustbench_wave.core import tracking
 from robustbench_wave.training import checkpoint as ckpt
 from tests.support import REPO
 from tests.support.tensorboard_runs import ARGS, check_training_copy

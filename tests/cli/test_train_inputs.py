@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from robustbench_wave import train
+from robustbench_wave.core.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.models.zoo import load_spec
-from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner
 from tests.support.training import SMALL, train_small

@@ -99,7 +99,7 @@ def test_report_help_lists_every_subcommand(capsys) -> None:
     text = capsys.readouterr().out
     for name in report.SUBCOMMANDS:
         assert f"    {name} " in text, name
-    assert set(report.SUBCOMMANDS) == {"run", "merge", "reaudit", "export", "claims", "publish", "docs"}
+    assert set(report.SUBCOMMANDS) == {"run", "merge", "reaudit", "export", "claims"}
 
 
 @pytest.mark.parametrize("name", list(report.SUBCOMMANDS))

@@ -19,8 +19,9 @@ import torch
 from PIL import Image
 
 from robustbench_wave import data
-from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist, registry
-from robustbench_wave.runfolder import check_safe_name
+from robustbench_wave.core.runfolder import check_safe_name
+from robustbench_wave.data import ChecksumError, DataError, DatasetInfo, cifar10, fashion_mnist
+from robustbench_wave.data import sources as registry
 from tests.support import REPO, datasets
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from robustbench_wave.defenses import AttackOptions, build_table, run_name, write_table
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, attack_command
+from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, attack_command
 from robustbench_wave.defenses.table import defence_row, failed_checks, pair_columns, title
 from robustbench_wave.defenses.training import weights_path
 from robustbench_wave.evaluation.metrics import wilson_interval

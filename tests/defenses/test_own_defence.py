@@ -19,7 +19,7 @@ from scipy.stats import binomtest
 
 from robustbench_wave import gallery
 from robustbench_wave.defenses import AttackOptions, build_table
-from robustbench_wave.defenses.runs import ADAPTIVE, NAIVE, own_attack_command
+from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, own_attack_command
 from robustbench_wave.defenses.table import judge_broken, title
 from robustbench_wave.evaluation.metrics import paired_table, robust_flags, wilson_interval
 from robustbench_wave.models.external import ExternalSpec

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from robustbench_wave.analysis.diagnostics import run_diagnostics
 from robustbench_wave.analysis.verdict import unverified_cells
-from robustbench_wave.attackrun.escalation import Surrogate, after_checklist
+from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
 from robustbench_wave.attacks import load_suite, parse_suite
 from robustbench_wave.data import LabelledImages, dataset_info, load_split, load_test_images, to_float
 from robustbench_wave.evaluation import EvalSettings, evaluate

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import claim_rules as cl
 from robustbench_wave.attacks import load_suite
 from robustbench_wave.data import DatasetInfo
 from robustbench_wave.evaluation import EvalSettings, evaluate

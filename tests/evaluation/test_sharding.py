@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from robustbench_wave import attack, report
-from robustbench_wave.distributed import shard_bounds
+from robustbench_wave.core.distributed import shard_bounds
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import RECORDS_FILE
 from robustbench_wave.evaluation.sharding import Shard, ShardJob, merge_results, shard_positions

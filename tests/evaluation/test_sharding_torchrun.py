@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from robustbench_wave.core.runfolder import RunLock
 from robustbench_wave.evaluation.records import RECORDS_FILE
-from robustbench_wave.runfolder import RunLock
 from tests.support import REPO, shard_models
 from tests.support.shard_models import attack_args, run_dir
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.runfolder import LOCK_FILE
+from robustbench_wave.core.runfolder import LOCK_FILE
 from tests.support import REPO
 
 #: The module of each command line (``merge`` is ``report merge``).

@@ -21,10 +21,10 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from robustbench_wave import train
+from robustbench_wave.core.distributed import DistContext, distributed_run
+from robustbench_wave.core.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.data import load_split
-from robustbench_wave.distributed import DistContext, distributed_run
 from robustbench_wave.models.vit import build_model
-from robustbench_wave.runfolder import LOCK_FILE, RunLock
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, parallel
 from robustbench_wave.training.runner import TrainConfig, load_training_data, train_model

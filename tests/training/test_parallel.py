@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from robustbench_wave import train
+from robustbench_wave.core.distributed import DistContext
 from robustbench_wave.data import iterate_batches, load_split
-from robustbench_wave.distributed import DistContext
 from robustbench_wave.training import parallel
 from tests.support.training import SMALL
 

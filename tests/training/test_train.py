@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from robustbench_wave import train
+from robustbench_wave.core.distributed import DistContext
 from robustbench_wave.data import load_split, to_float
-from robustbench_wave.distributed import DistContext
 from robustbench_wave.models.vit import build_model
 from robustbench_wave.training import checkpoint as ckpt
 from robustbench_wave.training import engine, runner

@@ -3,7 +3,7 @@
 The checks follow the published checklists -- Carlini et al. 2019 ("On Evaluating Adversarial
 Robustness"), Athalye, Carlini & Wagner 2018 ("Obfuscated Gradients Give a False Sense of Security") and
 Croce & Hein 2020 (AutoAttack). :mod:`.record_checks` judges per-example records, :mod:`.model_checks`
-runs the model on a subset; :mod:`.base` defines :class:`Check` and the registry. To add a check, write one
+runs the model on a subset; :mod:`.check` defines :class:`Check` and the registry. To add a check, write one
 class in either module (or a new one imported here)::
 
     @register_check
@@ -22,7 +22,7 @@ from . import model_checks as model_checks
 from . import record_checks as record_checks
 
 # isort: on
-from .base import (
+from .check import (
     Check,
     CheckInputs,
     CheckResult,

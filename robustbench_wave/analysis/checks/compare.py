@@ -31,7 +31,7 @@ from robustbench_wave.evaluation.metrics import (
 )
 from robustbench_wave.models.frontend import GradMode
 
-from .base import CheckResult
+from .check import CheckResult
 
 RECORD_THREATS = (Threat.LINF.value, Threat.L2.value)  # the norms the pairwise checks compare
 PAIRED_ALPHA = 0.01
@@ -177,7 +177,7 @@ def decide(
 
     A pass is only as good as the pairs the records show: when ``skip_broken`` hid weak-group breaks from
     the strong group (``hidden``), nothing fired and the records cannot decide (None), so the check reads
-    the diagnostics subset instead, whose attacks ran on every point (:class:`.base.RecordCheck`). A
+    the diagnostics subset instead, whose attacks ran on every point (:class:`.check.RecordCheck`). A
     failure stands: the hidden points could only add violations.
 
     Returns (passed, numbers, a sentence naming the deciding comparison: the first that fired, or the one

@@ -38,7 +38,7 @@ from robustbench_wave.evaluation.eot import (
 from robustbench_wave.evaluation.execute import predict
 from robustbench_wave.models.frontend import GradMode
 
-from .base import Check, CheckInputs, CheckResult, Reads, register_check
+from .check import Check, CheckInputs, CheckResult, Reads, register_check
 
 LINF = Threat.LINF.value
 REL_STEP = 2.5  # PGD step size relative to eps / steps (Madry et al. 2018)

@@ -22,7 +22,7 @@ from robustbench_wave.attacks import AttackKind, Trait, families_with
 from robustbench_wave.evaluation.eot import vote_tolerance
 from robustbench_wave.evaluation.metrics import robust_accuracy
 
-from .base import CheckInputs, CheckResult, RecordCheck, register_check
+from .check import CheckInputs, CheckResult, RecordCheck, register_check
 from .compare import (
     PAIRED_ALPHA,
     RECORD_THREATS,

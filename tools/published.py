@@ -11,7 +11,7 @@ file's sha256. A Markdown page then quotes them in two ways, both checked by :fu
   rewrites it from the file.
 - ``<!-- cite: FOLDER`` … ``-->``: one line per number the section's prose writes, naming the file and
   cell it quotes (``14.0% = summary.csv[model=wavelet, eps=0.1].robust_accuracy %``); the grammar, the
-  transforms and what is not a quoted measurement are :mod:`robustbench_wave.reporting.citations`'. A
+  transforms and what is not a quoted measurement are :mod:`tools.citations`'. A
   section with no cite line may quote no measurement-looking number (a percentage, a ± half-width, a
   p-value, a multiplier, a decimal of points).
 - ``<!-- unpublished: REASON -->``: a section quoting measurements made before their summary files were
@@ -34,9 +34,9 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.io import atomic_write, atomic_write_json, atomic_write_text, provenance
-from robustbench_wave.reporting.citations import Files, Problem, check_section, outside_code
+from robustbench_wave.core.io import atomic_write, atomic_write_json, atomic_write_text, provenance
 from robustbench_wave.reporting.tables import WORST_CASE_HEADING
+from tools.citations import Files, Problem, check_section, outside_code
 
 #: Where the documented runs' summaries live in the repository (``results/`` is otherwise git-ignored).
 PUBLISHED_DIR = Path("results") / "published"
@@ -144,7 +144,9 @@ def render_includes(text: str, root: str | Path) -> str:
 
 def _render_file(path: Path) -> str:
     if not path.is_file():
-        raise ValueError(f"included file {path} does not exist: publish its run first (report publish)")
+        raise ValueError(
+            f"included file {path} does not exist: publish its run first (python -m tools.docs publish)"
+        )
     if path.suffix == ".csv":
         return _markdown_table(pd.read_csv(path, keep_default_na=False)) + "\n"
     body = path.read_text().rstrip("\n") + "\n"
@@ -163,7 +165,7 @@ def _markdown_table(frame: pd.DataFrame) -> str:
 
 def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list[Problem]:
     """Every include block equal to its file and every quoted number tied to the cell it quotes
-    (:mod:`robustbench_wave.reporting.citations`). Returns the problems (empty: the page is backed)."""
+    (:mod:`tools.citations`). Returns the problems (empty: the page is backed)."""
     root = Path(root)
     problems = []
     if render_includes(text, root) != text:

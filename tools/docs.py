@@ -1,12 +1,12 @@
-"""``report publish`` and ``report docs``: the documented runs' summary files kept under version control, and
-the Markdown pages that quote them (:mod:`robustbench_wave.reporting.published`).
+"""``python -m tools.docs publish`` and ``python -m tools.docs render``: the documented runs' summary files kept under version control, and
+the Markdown pages that quote them (:mod:`tools.published`).
 
-    python -m robustbench_wave.report publish results/attack/fashion-mnist/RUN --name demo
-    python -m robustbench_wave.report docs            # re-render README.md's and docs/*.md's include blocks
-    python -m robustbench_wave.report docs --check    # change nothing; exit 1 if a quoted number lacks its cell
+    python -m tools.docs publish results/attack/fashion-mnist/RUN --name demo
+    python -m tools.docs render            # re-render README.md's and docs/*.md's include blocks
+    python -m tools.docs render --check    # change nothing; exit 1 if a quoted number lacks its cell
 
 A section's numbers are tied to cells by its ``<!-- cite: FOLDER`` lines (``14.0% = summary.csv[...].COLUMN %``;
-the grammar is :mod:`robustbench_wave.reporting.citations`').
+the grammar is :mod:`tools.citations`').
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustbench_wave.cli import Parser, add_verbosity, setup_logging
-from robustbench_wave.reporting.published import PUBLISHED_DIR, publish, render_pages, unpublished_sections
-from robustbench_wave.runfolder import check_safe_name
+from robustbench_wave.core.cli import Parser, add_verbosity, setup_logging
+from robustbench_wave.core.runfolder import check_safe_name
+from tools.published import PUBLISHED_DIR, publish, render_pages, unpublished_sections
 
 log = logging.getLogger("robustbench_wave.report")
 
 PUBLISH = "publish"
-DOCS = "docs"
+DOCS = "render"
 PUBLISH_DESCRIPTION = (
     "Copy a finished run's summary files (tables, verdict, checklist, claims; never records or weights) into "
     "results/published/NAME/ with source.json (the command that made them, git revision, library versions, "
-    "sha256 of each file), so that the README and docs/ can quote them and 'report docs --check' can hold them "
+    "sha256 of each file), so that the README and docs/ can quote them and 'python -m tools.docs render --check' can hold them "
     "to it."
 )
 DOCS_DESCRIPTION = (
@@ -59,7 +59,7 @@ def publish_arguments(p: Parser) -> None:
 
 
 def publish_main(args: Any, argv: list[str]) -> int:
-    """``report publish RUN --name NAME``: one line naming the folder written."""
+    """``python -m tools.docs publish RUN --name NAME``: one line naming the folder written."""
     try:
         check_safe_name(args.name, "--name")
         dest = publish(args.source, args.into / args.name, command=args.made_by)
@@ -85,7 +85,7 @@ def docs_arguments(p: Parser) -> None:
 
 
 def docs_main(args: Any, argv: list[str]) -> int:
-    """``report docs``: 0 when every page is backed by its files, 1 otherwise (one line per problem)."""
+    """``python -m tools.docs render``: 0 when every page is backed by its files, 1 otherwise (one line per problem)."""
     setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     pages = args.pages or [args.root / "README.md", *sorted((args.root / "docs").glob("*.md"))]
     missing = [p for p in pages if not p.is_file()]
@@ -103,3 +103,31 @@ def docs_main(args: Any, argv: list[str]) -> int:
     if not problems and not args.quiet:
         sys.stdout.write(f"{len(pages)} pages: every include block and quoted number backed by its cell\n")
     return 1 if problems else 0
+
+
+PROG = "python -m tools.docs"
+#: Every subcommand: its name, one line for ``--help``, its description, its arguments, its handler.
+SUBCOMMANDS = {
+    PUBLISH: ("keep a run's summary files under results/published/", PUBLISH_DESCRIPTION, publish_arguments,
+              publish_main),
+    DOCS: ("README and docs/ from the published files, checked", DOCS_DESCRIPTION, docs_arguments, docs_main),
+}  # fmt: skip
+
+
+def get_args_parser() -> Parser:
+    """``python -m tools.docs``: one argparse subcommand per :data:`SUBCOMMANDS` entry."""
+    p = Parser(prog=PROG, description="This repository's published results and the pages that quote them.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    for name, (summary, description, arguments, _) in SUBCOMMANDS.items():
+        arguments(sub.add_parser(name, help=summary, description=description))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = get_args_parser().parse_args(argv)
+    return SUBCOMMANDS[args.command][3](args, argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

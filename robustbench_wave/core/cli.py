@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 #: The word that means "no limit" for count options such as ``--n-examples`` of train.
 ALL = "all"
 
-log = logging.getLogger("robustbench_wave.cli")
+log = logging.getLogger("robustbench_wave.core.cli")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -19,19 +19,19 @@ import pandas as pd
 import torch
 
 from robustbench_wave.analysis.verdict import unverified_cells
-from robustbench_wave.attackrun.escalation import Surrogate, after_suite
 from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
 from robustbench_wave.attackrun.models import Loaded
+from robustbench_wave.attackrun.run_escalation import Surrogate, after_suite
 from robustbench_wave.attackrun.settings import RunRefused, RunSettings
+from robustbench_wave.core.distributed import DistContext, all_gather_object, barrier
+from robustbench_wave.core.tracking import attack_log_dir, log_attack_tables, preformatted
 from robustbench_wave.data import LabelledImages
-from robustbench_wave.distributed import DistContext, all_gather_object, barrier
 from robustbench_wave.evaluation import EvaluationResult, evaluate
 from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.sharding import SHARD_META_KEY, Shard, ShardJob, merge_results, shard_dir
 from robustbench_wave.reporting import tables
-from robustbench_wave.tracking import attack_log_dir, log_attack_tables, preformatted
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ and says "not supported" of a difference only by an equivalence test (TOST) with
 
 Each returns :class:`Finding` rows (one per data set, run or model) with the numbers behind them; the
 models they compare are named once, in :data:`ZOO`. Each claim's title, rule and measuring command and the
-Markdown are :mod:`robustbench_wave.reporting.claims`'s.
+Markdown are :mod:`robustbench_wave.reporting.claims_page`'s.
 """
 
 from __future__ import annotations

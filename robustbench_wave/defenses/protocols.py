@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robustbench_wave.core.io import atomic_write_json
+from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.data import DEFAULT_DATASET, dataset_info, load_test_images
 from robustbench_wave.defenses.training import weights_path
-from robustbench_wave.io import atomic_write_json
 from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
 from robustbench_wave.models.gallery import GALLERY, UNDEFENDED, GalleryEntry
-from robustbench_wave.runfolder import check_safe_name
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from robustbench_wave.attackrun.execute import run_data_sha256
 from robustbench_wave.attackrun.models import reload_models
+from robustbench_wave.attackrun.run_job import run_data_sha256
+from robustbench_wave.core.distributed import resolve_device
 from robustbench_wave.data import load_test_images
-from robustbench_wave.distributed import resolve_device
 from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.chunks import state_sha256
 from robustbench_wave.evaluation.eot import EotPlan

@@ -124,7 +124,7 @@ def remove_owned(
 
 
 def _is_our_temporary(name: str, files: set[str]) -> bool:
-    """A temporary sibling left by :func:`robustbench_wave.io.atomic_write` of one of ``files``."""
+    """A temporary sibling left by :func:`robustbench_wave.core.io.atomic_write` of one of ``files``."""
     return name.endswith(".tmp") and any(name.startswith(f".{f}.") for f in files)
 
 

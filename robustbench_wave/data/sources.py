@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from robustbench_wave.core.naming import did_you_mean
 from robustbench_wave.data.base import SPLITS, DatasetInfo, LabelledImages, LoadResult, Split, to_float
 from robustbench_wave.data.download import data_dir
-from robustbench_wave.naming import did_you_mean
 
 logger = logging.getLogger(__name__)
 

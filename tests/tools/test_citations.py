@@ -1,4 +1,4 @@
-"""Every number a page quotes tied to the file and cell it names (reporting.citations): a number equal to
+"""Every number a page quotes tied to the file and cell it names (tools.citations): a number equal to
 some other cell, a changed cell, an uncited number and a cite of a missing row all fail."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_wave.reporting.citations import Files, prose, quoted_numbers
-from robustbench_wave.reporting.published import check_markdown
+from tools.citations import Files, prose, quoted_numbers
+from tools.published import check_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -281,7 +281,9 @@ class Files:
             if not file.resolve().is_relative_to(self.root.resolve()):
                 raise CiteError(f"{path} is outside the repository: cite a file under results/published/")
             if not file.is_file():
-                raise CiteError(f"{path} does not exist: publish its run (report publish) or fix the path")
+                raise CiteError(
+                    f"{path} does not exist: publish its run (python -m tools.docs publish) or fix the path"
+                )
             text = file.read_text()
             self._read[path] = (
                 _csv_rows(text)

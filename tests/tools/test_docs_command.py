@@ -1,4 +1,4 @@
-"""``report publish`` and ``report docs`` as a user types them (in process)."""
+"""``python -m tools.docs publish`` and ``python -m tools.docs render`` as a user types them (in process)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from robustbench_wave import report
+from tools import docs
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def run_dir(tmp_path):
 
 def test_publish_then_docs_renders_and_checks_the_page(run_dir, tmp_path, capsys):
     into = tmp_path / "results" / "published"
-    assert report.main(["publish", str(run_dir), "--name", "demo", "--into", str(into)]) == 0
+    assert docs.main(["publish", str(run_dir), "--name", "demo", "--into", str(into)]) == 0
     assert (
         json.loads((into / "demo" / "source.json").read_text())["command"]
         == "python -m robustbench_wave.attack"
@@ -30,28 +30,28 @@ def test_publish_then_docs_renders_and_checks_the_page(run_dir, tmp_path, capsys
     include = "<!-- include: results/published/demo/table.txt -->\n<!-- /include -->\n"
     cite = '<!-- cite: results/published/demo/\n86.0% = table.txt~"wavelet"\n-->\n'
     page.write_text(f"# T\n\n{include}\n{cite}The wavelet ViT keeps 86.0%.\n")
-    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 1  # include block empty
-    assert report.main(["docs", "--root", str(tmp_path), str(page)]) == 0
+    assert docs.main(["render", "--root", str(tmp_path), str(page), "--check"]) == 1  # include block empty
+    assert docs.main(["render", "--root", str(tmp_path), str(page)]) == 0
     assert "wavelet 86.0 ± 2.2" in page.read_text()
-    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 0
+    assert docs.main(["render", "--root", str(tmp_path), str(page), "--check"]) == 0
     (into / "demo" / "table.txt").write_text("model clean\nwavelet 86.1 ± 2.2\n")  # the cell changes
-    assert report.main(["docs", "--root", str(tmp_path), str(page), "--check"]) == 1
+    assert docs.main(["render", "--root", str(tmp_path), str(page), "--check"]) == 1
     err = capsys.readouterr().err
     assert f"{page} [T]: '86.0%' is not what it cites: table.txt~\"wavelet\" gives 86.1" in err
 
 
 def test_publish_refuses_a_name_that_is_no_folder_name(run_dir):
     with pytest.raises(SystemExit, match=re.escape("--name '../x' cannot name a folder")):
-        report.main(["publish", str(run_dir), "--name", "../x"])
+        docs.main(["publish", str(run_dir), "--name", "../x"])
 
 
 def test_docs_refuses_a_missing_page(tmp_path):
     with pytest.raises(SystemExit, match="no such page"):
-        report.main(["docs", "--root", str(tmp_path), str(tmp_path / "NOPE.md")])
+        docs.main(["render", "--root", str(tmp_path), str(tmp_path / "NOPE.md")])
 
 
 def test_report_help_lists_publish_and_docs(capsys):
     with pytest.raises(SystemExit):
-        report.main(["--help"])
+        docs.main(["--help"])
     out = capsys.readouterr().out
     assert "publish" in out and "docs" in out

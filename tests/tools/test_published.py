@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from robustbench_wave.reporting.published import (
+from tools.published import (
     MAX_FILE_BYTES,
     SOURCE_FILE,
     check_markdown,
@@ -87,7 +87,7 @@ def test_render_pages_rewrites_in_place_and_check_changes_nothing(run_dir, tmp_p
 
 
 def test_an_unpublished_section_is_listed_and_not_checked(tmp_path):
-    from robustbench_wave.reporting.published import unpublished_sections
+    from tools.published import unpublished_sections
 
     page = "# T\n\n## Old\n\n<!-- unpublished: measured 2026-11-30 on another machine -->\nIt kept 62.6%.\n"
     assert check_markdown(page, tmp_path) == []
@@ -106,8 +106,8 @@ def test_confidence_levels_and_the_scales_end_are_not_measurements(tmp_path):
 
 
 def test_publish_keeps_the_headline_block_of_table_txt_on_its_own(tmp_path):
-    from robustbench_wave.reporting.published import WORST_CASE_FILE
     from robustbench_wave.reporting.tables import WORST_CASE_HEADING
+    from tools.published import WORST_CASE_FILE
 
     run = tmp_path / "run"
     run.mkdir()
@@ -117,13 +117,13 @@ def test_publish_keeps_the_headline_block_of_table_txt_on_its_own(tmp_path):
 
 
 def test_markers_shown_in_code_are_not_markers(tmp_path):
-    from robustbench_wave.reporting.published import unpublished_sections
+    from tools.published import unpublished_sections
 
     page = (
-        "# T\n\n## S\n\n<!-- unpublished: rerun it (`report publish`) -->\nIt kept 62.6%.\n\n"
+        "# T\n\n## S\n\n<!-- unpublished: rerun it (`python -m tools.docs publish`) -->\nIt kept 62.6%.\n\n"
         "## How\n\nWrite `<!-- unpublished: REASON -->` or\n\n```\n<!-- cite: x/\n1 = a.csv[k=v].c\n-->\n```\n\n"
         "It kept 62.6%.\n"
     )
-    assert unpublished_sections(page) == [("S", "rerun it (`report publish`)")]
+    assert unpublished_sections(page) == [("S", "rerun it (`python -m tools.docs publish`)")]
     problems = check_markdown(page, tmp_path)
     assert [(p.section, p.what.split("'")[1]) for p in problems] == [("How", "62.6%")]

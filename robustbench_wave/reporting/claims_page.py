@@ -6,7 +6,7 @@ Inputs (any subset, at least one): training data-set folders ``results/train/<sl
 checked against the spec hash recorded at training), attack run folders (:func:`runs.load_run`, which
 refuses partial or edited records) and the cost-model CSV of ``benchmarks/bench_cost_model.py``. A claim
 whose input is missing is "inconclusive at this scale: not measured", with the command that measures it.
-The verdicts come from :mod:`robustbench_wave.analysis.claims`; this module reads, groups and renders.
+The verdicts come from :mod:`robustbench_wave.analysis.claim_rules`; this module reads, groups and renders.
 Each claim is one :class:`Claim` record in :data:`CLAIMS` (title, short name, source, measuring command,
 rule, input, finder); everything here iterates over that registry. The text depends only on the inputs (no clock, no absolute path added), so the same inputs rebuild the
 same bytes.
@@ -23,12 +23,12 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_wave.analysis import claims as cl
+from robustbench_wave.analysis import claim_rules as cl
 from robustbench_wave.analysis import formatting as fmt
 from robustbench_wave.analysis import verdict as vd
+from robustbench_wave.core.io import atomic_write_text
 from robustbench_wave.data import DatasetInfo
 from robustbench_wave.evaluation.metrics import declared_reference
-from robustbench_wave.io import atomic_write_text
 from robustbench_wave.models.frontend import grad_switches
 from robustbench_wave.models.tokenpool import TokenPooling
 from robustbench_wave.models.vit import build_model
@@ -78,7 +78,7 @@ class Claim:
     """One claim of the source papers and everything ``claims.md`` says about it: its number, title, short
     name (the summary table's), source, the command that measures it and what to pass to this report
     afterwards, its rule, the input it is measured from, and its finder (reads that input from
-    :class:`ClaimInputs` and calls the claim's function of :mod:`robustbench_wave.analysis.claims`)."""
+    :class:`ClaimInputs` and calls the claim's function of :mod:`robustbench_wave.analysis.claim_rules`)."""
 
     number: int
     title: str
@@ -407,7 +407,7 @@ def _with_train_commands(found: list[cl.Finding], train: pd.DataFrame) -> list[c
 
 # ------------------------------------------------------------------------------------------------ the claims
 #: Every claim, in the order of claims.md. A new claim is one record here (and its function in
-#: :mod:`robustbench_wave.analysis.claims`).
+#: :mod:`robustbench_wave.analysis.claim_rules`).
 CLAIMS: dict[int, Claim] = {
     c.number: c
     for c in (
