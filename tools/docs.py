@@ -1,5 +1,7 @@
-"""``python -m tools.docs publish`` and ``python -m tools.docs render``: the documented runs' summary files kept under version control, and
-the Markdown pages that quote them (:mod:`tools.published`).
+"""``python -m tools.docs``: this repository's documented runs' summary files kept under version control
+(``publish``), and the Markdown pages that quote them rendered and checked (``render``;
+:mod:`tools.published`). It is the repository's own tooling, not the package's: a user's run folder already
+holds these files.
 
     python -m tools.docs publish results/attack/fashion-mnist/RUN --name demo
     python -m tools.docs render            # re-render README.md's and docs/*.md's include blocks
@@ -27,8 +29,8 @@ DOCS = "render"
 PUBLISH_DESCRIPTION = (
     "Copy a finished run's summary files (tables, verdict, checklist, claims; never records or weights) into "
     "results/published/NAME/ with source.json (the command that made them, git revision, library versions, "
-    "sha256 of each file), so that the README and docs/ can quote them and 'python -m tools.docs render --check' can hold them "
-    "to it."
+    "sha256 of each file), so that the README and docs/ can quote them and 'python -m tools.docs render --check' "
+    "can hold them to it."
 )
 DOCS_DESCRIPTION = (
     "Re-render the include blocks (<!-- include: PATH --> ... <!-- /include -->) of Markdown pages from their "
@@ -85,7 +87,8 @@ def docs_arguments(p: Parser) -> None:
 
 
 def docs_main(args: Any, argv: list[str]) -> int:
-    """``python -m tools.docs render``: 0 when every page is backed by its files, 1 otherwise (one line per problem)."""
+    """``python -m tools.docs render``: 0 when every page is backed by its files, 1 otherwise (one line per
+    problem)."""
     setup_logging(args, "%(levelname)s %(name)s: %(message)s")
     pages = args.pages or [args.root / "README.md", *sorted((args.root / "docs").glob("*.md"))]
     missing = [p for p in pages if not p.is_file()]

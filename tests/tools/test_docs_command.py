@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from robustbench_wave import report
 from tools import docs
 
 
@@ -50,8 +51,13 @@ def test_docs_refuses_a_missing_page(tmp_path):
         docs.main(["render", "--root", str(tmp_path), str(tmp_path / "NOPE.md")])
 
 
-def test_report_help_lists_publish_and_docs(capsys):
+def test_the_doc_commands_are_the_repositorys_not_the_report_commands(capsys):
+    """publish and render are tools.docs's subcommands; the user's report command no longer offers them."""
     with pytest.raises(SystemExit):
         docs.main(["--help"])
     out = capsys.readouterr().out
-    assert "publish" in out and "docs" in out
+    assert "publish" in out and "render" in out
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    out = capsys.readouterr().out
+    assert "claims" in out and "publish" not in out and "render" not in out
