@@ -12,10 +12,10 @@ import inspect
 from robustbench_wave import attack
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS, run_diagnostics
 from robustbench_wave.attackrun import FinalizeOptions, RunOptions, RunSettings
+from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.reaudit import reaudit_model
-from robustbench_wave.attackrun.measure import finalize_run
 from tests.test_architecture import PACKAGE
 
 
