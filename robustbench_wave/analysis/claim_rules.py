@@ -426,12 +426,15 @@ def robustness_claim(
     self_transfer: Collection[str] = (),
     zoo: ClaimModels = ZOO,
     reference: Mapping[str, float] | None = None,
+    unverified: vd.Marks | None = None,
 ) -> list[Finding]:
     """Claim 3 for one group of runs (one per training seed): :func:`verdict.judge` on the wavelet-family
     models and the patch baseline; one finding per (candidate, threat), its category mapped by
     :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted). The
     first finding carries the judgement, whose words the report shows beside it. ``reference``: the budgets the
-    runs' suite declares (:func:`metrics.declared_reference`; none: the middle of each grid)."""
+    runs' suite declares (:func:`metrics.declared_reference`; none: the middle of each grid). ``unverified``:
+    the runs' :func:`verdict.unverified_cells`, so a candidate whose every mode failed the checklist is judged
+    as the run's own verdict judges it (unverified: inconclusive), never as support for the claim."""
     models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
     cands, base = claim3_models(models, zoo)
     if not cands:
@@ -446,6 +449,7 @@ def robustness_claim(
         seeds=seeds,
         diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
         self_transfer=self_transfer,
+        unverified={k: v for k, v in (unverified or {}).items() if k[0] in keep},
     )
     main = zoo.candidate if zoo.candidate in cands else cands[0]
     numbers, details = judgement.numbers, judgement.details
@@ -472,7 +476,7 @@ def _robustness_finding(
         )
         eq = det.get("equivalence") or {}
         if eq:
-            measured += f"; TOST ±{_pts(eq['margin'])}: p = {eq['p_value']:.2g}"
+            measured += f"; TOST ±{_pts(eq['margin']).lstrip('+')}: p = {eq['p_value']:.2g}"
     reason = f"verdict category '{category}'"
     if det.get("inconclusive_reason"):
         reason += f": {det['inconclusive_reason']}"

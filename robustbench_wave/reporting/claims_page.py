@@ -32,7 +32,7 @@ from robustbench_wave.evaluation.metrics import declared_reference
 from robustbench_wave.models.frontend import grad_switches
 from robustbench_wave.models.tokenpool import TokenPooling
 from robustbench_wave.models.vit import build_model
-from robustbench_wave.reporting.markdown import diagnostics_failures, self_transfer
+from robustbench_wave.reporting.markdown import diagnostics_failures, run_marks, self_transfer
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
@@ -333,6 +333,7 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
             diagnostics_failures=fails,
             self_transfer=self_transfer(group),
             reference=declared_reference(group[0].meta),
+            unverified=run_marks(group),
         )
         for f in found:
             if f.judgement is not None:

@@ -51,6 +51,18 @@ def test_claim3_robust_candidate_is_supported():
     assert "+55.0 pts" in f.measured  # 65 - 10 of 100, by construction
 
 
+def test_claim3_candidate_whose_every_mode_failed_the_checklist_supports_nothing():
+    """The run's own verdict calls such a candidate unverified (its numbers are upper bounds), so the claims
+    report may not count the same numbers as support: without the marks the same records read supported."""
+    rec = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    modes = sorted(rec.loc[rec["model"] == "wavelet", "grad_mode"].unique())
+    marks = {("wavelet", m): "failed gradient checks: gradient_mode_gap" for m in modes}
+    found = cl.robustness_claim([rec], [0], scope="s", num_classes=NUM_CLASSES, unverified=marks)
+    (f,) = [f for f in found if "wavelet" in f.scope and "Linf" in f.scope]
+    assert f.verdict == cl.INCONCLUSIVE and "unverified" in f.reason, f.reason
+    assert _claim3(rec).verdict == cl.SUPPORTED
+
+
 def test_claim3_masking_candidate_is_not_supported():
     rec = _records({"wavelet": masking_spec(), "patch": baseline_spec()})  # blocked 90, worst case 3
     f = _claim3(rec)
