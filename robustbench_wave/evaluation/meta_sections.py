@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from robustbench_wave.evaluation.records import META_FILE
 
@@ -198,16 +198,14 @@ class ModelMeta:
         return bool((self.model_spec or {}).get("tokenpool"))
 
 
+EntryT = TypeVar("EntryT")
+
+
 @dataclass(frozen=True)
-class ModelsMeta:
-    """``models``: every attacked model's entry, in the file's order."""
+class _Entries(Generic[EntryT]):
+    """A section that names its entries (``models``, ``attacks``), in the file's order."""
 
-    entries: Mapping[str, ModelMeta] = field(default_factory=dict)
-
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, Any], where: Where = META_FILE) -> ModelsMeta:
-        models = _object(_top(meta, where), "models", where)
-        return cls({str(n): ModelMeta.from_entry(str(n), e, where) for n, e in models.items()})
+    entries: Mapping[str, EntryT] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
@@ -218,11 +216,21 @@ class ModelsMeta:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def get(self, name: str) -> ModelMeta | None:
+    def get(self, name: str) -> EntryT | None:
         return self.entries.get(name)
 
-    def values(self) -> Iterator[ModelMeta]:
+    def values(self) -> Iterator[EntryT]:
         return iter(self.entries.values())
+
+
+@dataclass(frozen=True)
+class ModelsMeta(_Entries[ModelMeta]):
+    """``models``: every attacked model's entry, in the file's order."""
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], where: Where = META_FILE) -> ModelsMeta:
+        models = _object(_top(meta, where), "models", where)
+        return cls({str(n): ModelMeta.from_entry(str(n), e, where) for n, e in models.items()})
 
 
 @dataclass(frozen=True)
@@ -259,24 +267,13 @@ class AttackMeta:
 
 
 @dataclass(frozen=True)
-class AttacksMeta:
+class AttacksMeta(_Entries[AttackMeta]):
     """``attacks``: every suite entry's plan, in the suite's order."""
-
-    entries: Mapping[str, AttackMeta] = field(default_factory=dict)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], where: Where = META_FILE) -> AttacksMeta:
         attacks = _object(_top(meta, where), "attacks", where)
         return cls({str(n): AttackMeta.from_entry(str(n), e, where) for n, e in attacks.items()})
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def values(self) -> Iterator[AttackMeta]:
-        return iter(self.entries.values())
 
 
 @dataclass(frozen=True)
