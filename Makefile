@@ -51,9 +51,11 @@ fashion-mnist:
 
 ## The main job: train patch + wavelet on Fashion-MNIST, attack, diagnose, report -- on every local core:
 ## the two trainings run side by side (one run per rank), the attack splits the 1,000 test images over the ranks.
+## DEMO_ARGS: more attack flags, e.g. DEMO_ARGS="--escalation off" (the published demo's: docs/results.md says why).
+DEMO_ARGS ?=
 demo: $(STAMP) fashion-mnist
 	$(RUN) -m robustbench_wave.train --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) --parallel runs
-	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT)
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --dataset fashion-mnist --results-dir $(OUT) $(DEMO_ARGS)
 
 ## A first table and report in about 80 s on 2 idle cores (docs/command-line.md): patch and wavelet
 ## trained briefly (QUICK_EPOCHS on QUICK_TRAIN images, into $(QUICK_OUT), apart from the demo's models) and
@@ -85,12 +87,15 @@ headline: $(STAMP)
 	$(BIN)/python -m robustbench_wave.report $(foreach s,$(SEEDS),$(HEADLINE)/patch+wavelet_headline_n$(HEADLINE_N)_seed0_train$(s)) \
 		--out $(HEADLINE)/headline-report.md
 
-## Token Pooling models next to the unpooled ones (train, then attack all four with the headline suite; the
-## pooled ones also with BPDA through the cluster assignment alone, bpda-assignment, for claim 5).
+## Token Pooling models next to the unpooled ones (train side by side, one run per rank, then attack all four
+## with the headline suite on TOKENPOOL_N test images on every local core; the pooled ones also with BPDA
+## through the cluster assignment alone, bpda-assignment, for claim 5).
+TOKENPOOL_N ?= 500
 tokenpool: $(STAMP)
-	$(BIN)/python -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool --results-dir $(OUT)
-	$(BIN)/python -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
-		--suite headline --n-examples 500 --grad-modes patch-tokenpool=exact,blocked,bpda,bpda-assignment \
+	$(RUN) -m robustbench_wave.train --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
+		--results-dir $(OUT) --parallel runs
+	$(RUN) -m robustbench_wave.attack --model patch --model wavelet --model patch-tokenpool --model wavelet-tokenpool \
+		--suite headline --n-examples $(TOKENPOOL_N) --grad-modes patch-tokenpool=exact,blocked,bpda,bpda-assignment \
 		--grad-modes wavelet-tokenpool=exact,blocked,bpda,bpda-assignment --results-dir $(OUT)
 
 ## CIFAR-10 (colour: the wavelet tokenizer's YCbCr / 4:2:0 path): train the four models side by side (one run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.published import check_markdown, unpublished_sections
+from tools.published import PUBLISHED_DIR, check_markdown, check_published, unpublished_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -25,6 +25,10 @@ def test_every_readme_number_is_a_published_value_and_none_is_unpublished():
     text = README.read_text()
     assert check_markdown(text, ROOT) == []
     assert unpublished_sections(text) == []
+
+
+def test_every_published_folder_is_as_its_source_json_lists_it():
+    assert [str(p) for p in check_published(ROOT / PUBLISHED_DIR)] == []
 
 
 @pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])

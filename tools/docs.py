@@ -37,7 +37,9 @@ DOCS_DESCRIPTION = (
     "published files, then check that every number their prose quotes is named, with the file and cell it "
     "quotes, by a line of its section's <!-- cite: FOLDER ... --> comment (NUMBER = FILE[KEY=VALUE].COLUMN, "
     "a % or a difference or ratio of two cells as transform) and equals that cell, and that a section with no "
-    "cite line quotes no measurement-looking number. Exit 1 on a problem; --check changes nothing."
+    "cite line quotes no measurement-looking number; and that every folder under results/published/ is as its "
+    "source.json lists it (each file and its sha256, a command a reader can run). Exit 1 on a problem; --check "
+    "changes nothing."
 )
 
 

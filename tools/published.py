@@ -66,6 +66,8 @@ _INCLUDE = re.compile(r"<!-- include: (?P<path>\S+) -->\n(?P<body>.*?)<!-- /incl
 _SOURCE = re.compile(r"<!-- source: (?P<path>\S+) -->")
 _UNPUBLISHED = re.compile(r"<!-- unpublished: (?P<reason>.*?) -->", re.DOTALL)
 _HEADING = re.compile(r"^#{1,6} ", re.MULTILINE)
+_RUNNABLE = re.compile(r"\b(make|python3?|torchrun)\b")
+_PLACEHOLDER = re.compile(r"PLACEHOLDER|TODO|TBD|FIXME", re.IGNORECASE)
 
 
 def publish(source: str | Path, dest: str | Path, *, command: str | None = None) -> Path:
@@ -78,14 +80,62 @@ def publish(source: str | Path, dest: str | Path, *, command: str | None = None)
             f"{source} holds none of the summary files {', '.join(SUMMARY_FILES)}: "
             "publish a finished run folder (after its report) or one of those files"
         )
+    record = _source_record(source, command, {})
+    refused = command_problem(record["command"])
+    if refused:
+        raise ValueError(f"{refused}: pass --command with the command that made {source}")
     dest.mkdir(parents=True, exist_ok=True)
-    digests = {}
     for path in files:
         atomic_write(dest / path.name, lambda tmp, src=path: shutil.copyfile(src, tmp))
-        digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
     _write_worst_case(dest)
-    atomic_write_json(dest / SOURCE_FILE, _source_record(source, command, digests))
+    record["files"] = {path.name: _sha256(dest / path.name) for path in sorted(_published_files(dest))}
+    atomic_write_json(dest / SOURCE_FILE, record)
     return dest
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _published_files(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.is_file() and p.name != SOURCE_FILE]
+
+
+def command_problem(command: Any) -> str | None:
+    """Why ``command`` cannot stand as the command that made a published folder (None: it can): a reader
+    must be able to run it again, so it names one of this repository's commands."""
+    if not isinstance(command, str) or not command.strip():
+        return "source.json names no command"
+    if not _RUNNABLE.search(command) or _PLACEHOLDER.search(command):
+        return f"source.json's command {command[:60]!r} is not a command a reader can run (make, python -m, torchrun)"
+    return None
+
+
+def check_published(root: str | Path) -> list[Problem]:
+    """Every folder under ``root`` (``results/published``) as :func:`publish` left it: a runnable command in
+    its source.json, every file listed there with its sha256, and nothing else beside them. A hand-edited or
+    stale file, or a command never filled in, is a problem the docs check reports."""
+    problems = []
+    for source in sorted(Path(root).glob(f"*/{SOURCE_FILE}")):
+        folder, where = source.parent, str(source)
+        try:
+            record = json.loads(source.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            problems.append(Problem(where, "-", f"unreadable: {err}"))
+            continue
+        if refused := command_problem(record.get("command")):
+            problems.append(Problem(where, "-", refused))
+        listed = record.get("files") or {}
+        for path in sorted(_published_files(folder)):
+            if path.name not in listed:
+                problems.append(
+                    Problem(where, path.name, "a file source.json does not list: publish it again")
+                )
+            elif _sha256(path) != listed[path.name]:
+                problems.append(Problem(where, path.name, "differs from the sha256 source.json recorded"))
+        for name in sorted(set(listed) - {p.name for p in _published_files(folder)}):
+            problems.append(Problem(where, name, "listed in source.json but missing"))
+    return problems
 
 
 def _write_worst_case(dest: Path) -> None:
@@ -216,7 +266,7 @@ def _sections(text: str) -> Iterable[tuple[str, str]]:
 def render_pages(pages: Iterable[str | Path], root: str | Path, *, check: bool = False) -> list[Problem]:
     """Re-render the include blocks of each page in place (``check``: change nothing, report what differs),
     then check the numbers; returns every problem found."""
-    problems: list[Problem] = []
+    problems = check_published(Path(root) / PUBLISHED_DIR)
     for page in map(Path, pages):
         text = page.read_text()
         if not check:

@@ -10,6 +10,7 @@ from tools.published import (
     MAX_FILE_BYTES,
     SOURCE_FILE,
     check_markdown,
+    check_published,
     publish,
     render_includes,
     render_pages,
@@ -49,6 +50,35 @@ def test_publish_refuses_a_folder_without_summaries_and_a_file_too_big(tmp_path)
     big.write_bytes(b"0" * (MAX_FILE_BYTES + 1))
     with pytest.raises(ValueError, match="keep records"):
         publish(big, tmp_path / "out")
+
+
+def test_publish_refuses_a_source_with_no_runnable_command(run_dir, tmp_path):
+    (run_dir / "meta.json").write_text(json.dumps({"run": {}}))
+    with pytest.raises(ValueError, match="names no command"):
+        publish(run_dir, tmp_path / "out")
+    with pytest.raises(ValueError, match="not a command a reader can run"):
+        publish(run_dir, tmp_path / "out", command="PLACEHOLDER")
+    assert not (tmp_path / "out").exists()
+    publish(run_dir, tmp_path / "out", command="make demo")
+
+
+def test_the_published_check_catches_edited_extra_and_missing_files_and_a_placeholder_command(
+    run_dir, tmp_path
+):
+    root = tmp_path / "published"
+    dest = publish(run_dir, root / "demo")
+    assert check_published(root) == []
+    (dest / "table.txt").write_text(TABLE.replace("62.6", "62.7"))
+    (dest / "notes.txt").write_text("hand-written")
+    (dest / "verdict.json").unlink()
+    source = json.loads((dest / SOURCE_FILE).read_text())
+    (dest / SOURCE_FILE).write_text(json.dumps(source | {"command": "PLACEHOLDER"}))
+    found = {p.section: p.what for p in check_published(root)}
+    assert sorted(found) == ["-", "notes.txt", "table.txt", "verdict.json"]
+    assert "'PLACEHOLDER' is not a command a reader can run" in found["-"]
+    assert found["table.txt"] == "differs from the sha256 source.json recorded"
+    assert found["notes.txt"].startswith("a file source.json does not list")
+    assert found["verdict.json"] == "listed in source.json but missing"
 
 
 def _page(body: str, path: str = "pub/table.txt") -> str:
@@ -112,7 +142,8 @@ def test_publish_keeps_the_headline_block_of_table_txt_on_its_own(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "table.txt").write_text(f"the long table\n\n{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n")
-    dest = publish(run, tmp_path / "pub")
+    dest = publish(run, tmp_path / "pub", command="make demo")
+    assert WORST_CASE_FILE in json.loads((dest / SOURCE_FILE).read_text())["files"]
     assert (dest / WORST_CASE_FILE).read_text() == f"{WORST_CASE_HEADING}\npatch/exact 15.9 ± 2.3\n"
 
 
