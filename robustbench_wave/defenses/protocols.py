@@ -23,6 +23,7 @@ are skipped (never the gallery's CNN in its place) and the table says that nothi
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import subprocess
@@ -231,6 +232,7 @@ def attack_gallery(options: AttackOptions, checked: bool = False) -> list[dict[s
         for spec in options.own
         for protocol in options.protocols
     ]
+    earlier = read_runs(options.out)
     done: list[dict[str, Any]] = []
     for name, protocol, command in commands:
         log_file = log_path(name, protocol, options)
@@ -251,6 +253,29 @@ def attack_gallery(options: AttackOptions, checked: bool = False) -> list[dict[s
              "command": shlex.join(command), "log": str(log_file), "seconds": seconds}
             | ({"baseline": options.baselines[name]} if name in options.baselines else {})
         )  # fmt: skip
-        atomic_write_json(options.out / RUNS_JSON, done)
+        atomic_write_json(options.out / RUNS_JSON, merge_runs(earlier, done))
         log.info("gallery: %s (%s) done in %.0f s", name, protocol, seconds)
     return done
+
+
+def read_runs(out: Path) -> list[dict[str, Any]]:
+    """The runs ``OUT/runs.json`` lists (none when it is absent); ValueError when it is not a list of runs."""
+    path = out / RUNS_JSON
+    if not path.is_file():
+        return []
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON ({err}); remove it (the run folders are kept)") from None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and "run" in r for r in runs):
+        raise ValueError(f"{path} is not a list of gallery runs; remove it (the run folders are kept)")
+    return runs
+
+
+def merge_runs(earlier: list[dict[str, Any]], done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runs.json`` after an attack step: the runs of earlier steps (``gallery attack --defence sap`` after
+    the others) kept in their order, each replaced by this step's entry for the same run folder, then this
+    step's new runs."""
+    latest = {r["run"]: r for r in done}
+    kept = [latest.pop(r["run"], r) for r in earlier]
+    return kept + [r for r in done if r["run"] in latest]

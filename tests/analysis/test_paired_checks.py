@@ -95,13 +95,13 @@ def test_square_breaking_5_percent_of_the_points_pgd_held_fires_at_n_500(square_
 
 @pytest.mark.parametrize(
     ("n", "pgd_held", "square_breaks"),
-    [(100, 0.48, 1), (1000, 0.159, 0), (1000, 0.712, 0)],
+    [(200, 0.52, 1), (1000, 0.159, 0), (1000, 0.712, 0)],
     ids=["gallery-cnn", "demo-patch-0.03", "demo-patch-0.01"],
 )
 def test_the_published_honest_models_do_not_fire(n, pgd_held, square_breaks):
     """The counts of the published honest models: the gallery's undefended CNN (results/published/gallery:
-    exact white-box 48%, every attack 47% of 100 at L∞ 0.03, so Square/transfer broke at most 1 of the 48
-    points white-box held, P(X >= 1 | 48, 0.02) = 0.62) and the demo's patch ViT (diagnostics.csv: Square
+    exact white-box 52%, every attack 51.5% of 200 at L∞ 0.03, so Square/transfer broke at most 1 of the 104
+    points white-box held, P(X >= 1 | 104, 0.02) = 0.88) and the demo's patch ViT (diagnostics.csv: Square
     broke 0 of the 159 / 712 points PGD held)."""
     held = round(pgd_held * n)
     records = square_breaks_held(n, square_breaks / held, pgd_held)

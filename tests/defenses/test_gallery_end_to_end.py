@@ -68,3 +68,24 @@ def test_the_gallery_refuses_colour_data_and_untrained_weights(tmp_path: Path) -
     with pytest.raises(SystemExit, match="gallery train"):
         gallery.main(["attack", "--results-dir", str(tmp_path), "--dataset", "synthetic"])
     assert not (tmp_path / "attack").exists()
+
+
+def test_runs_json_keeps_the_runs_of_earlier_attack_steps(tmp_path: Path) -> None:
+    """`gallery attack --defence sap` after the other defences: runs.json still lists theirs, with sap's
+    entries replaced where sap was attacked before; a broken runs.json is refused, not overwritten."""
+    from robustbench_wave.defenses.protocols import merge_runs, read_runs
+
+    def run(name: str, seconds: float) -> dict:
+        return {"defence": name, "protocol": "naive", "run": f"attack/{name}-naive", "seconds": seconds}
+
+    earlier = [run("cnn", 1.0), run("sap", 2.0), run("jpeg", 3.0)]
+    merged = merge_runs(earlier, [run("sap", 20.0), run("thermometer", 4.0)])
+    assert [(r["defence"], r["seconds"]) for r in merged] == [
+        ("cnn", 1.0), ("sap", 20.0), ("jpeg", 3.0), ("thermometer", 4.0),
+    ]  # fmt: skip
+    assert read_runs(tmp_path) == []
+    (tmp_path / "runs.json").write_text(json.dumps(earlier))
+    assert read_runs(tmp_path) == earlier
+    (tmp_path / "runs.json").write_text('{"not": "a list"}')
+    with pytest.raises(ValueError, match="not a list of gallery runs"):
+        read_runs(tmp_path)
