@@ -638,14 +638,19 @@ def half_width(sd: float, seeds: int) -> float:
 
 
 def tokenpool_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean accuracy and GMACs per (dataset, tokenizer, method, budget) over seeds, from training runs with a
-    pooling method (budget: the keep schedule)."""
+    """Mean accuracy and GMACs per (dataset, tokenizer, training recipe, method, budget) over seeds, from
+    training runs with a pooling method (budget: the keep schedule). Runs trained differently (``recipe``:
+    from scratch or fine-tuned, epochs, learning rate, subset) are never seeds of one point."""
     pooled = runs[runs["pool_method"].notna()]
+    pooled = (
+        pooled.assign(recipe=pooled["recipe"].fillna("")) if "recipe" in pooled else pooled.assign(recipe="")
+    )
     if pooled.empty:
         return pd.DataFrame(
             columns=[
                 "dataset",
                 "tokenizer",
+                "recipe",
                 "method",
                 "keep",
                 "gmacs",
@@ -655,7 +660,7 @@ def tokenpool_points(runs: pd.DataFrame) -> pd.DataFrame:
                 "acc_hw",
             ]
         )
-    g = pooled.groupby(["dataset", "tokenizer", "pool_method", "pool_keep"], sort=True)
+    g = pooled.groupby(["dataset", "tokenizer", "recipe", "pool_method", "pool_keep"], sort=True)
     out = g.agg(
         gmacs=("gmacs", "mean"),
         accuracy=("test_accuracy", "mean"),
@@ -674,15 +679,17 @@ def tokenpool_claim(runs: pd.DataFrame) -> list[Finding]:
     supported when a baseline point dominates a clustering point; otherwise inconclusive (the fronts cross,
     or the differences are within the seeds' noise)."""
     points = tokenpool_points(runs)
+    recipes = points.groupby(["dataset", "tokenizer"])["recipe"].nunique()
     out = []
-    for (dataset, tok), pts in points.groupby(["dataset", "tokenizer"], sort=True):
+    for (dataset, tok, recipe), pts in points.groupby(["dataset", "tokenizer", "recipe"], sort=True):
+        pts = pts.drop(columns="recipe")
         budgets = pts.groupby("method")["keep"].nunique()
         short = {
             m: int(budgets.get(m, 0))
             for m in (*CLUSTERING, *POOL_BASELINES)
             if budgets.get(m, 0) < MIN_BUDGETS
         }
-        scope = f"{dataset} · {tok} tokenizer"
+        scope = f"{dataset} · {tok} tokenizer" + (f" · {recipe}" if recipes[(dataset, tok)] > 1 else "")
         measured = f"{len(pts)} (method, budget) points, {len(budgets)} method(s)"
         if short:
             why = "fewer than 3 budgets for " + ", ".join(f"{m} ({n})" for m, n in short.items())

@@ -140,6 +140,7 @@ def _train_row(config: dict[str, Any], path: Path) -> dict[str, Any]:
             "tokenizer": str(spec.get("tokenizer", "")),
             "pool_method": pool.get("method"),
             "pool_keep": "-".join(str(k) for k in keep) if isinstance(keep, list) else keep,
+            "recipe": training_recipe(config),
             "tokens": final.get("tokens"),
             "params": final.get("params"),
             "gmacs": float(final.get("gmacs", math.nan)),
@@ -150,6 +151,16 @@ def _train_row(config: dict[str, Any], path: Path) -> dict[str, Any]:
         }
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path}: field {err} is missing or malformed; re-train with --overwrite") from None
+
+
+def training_recipe(config: dict[str, Any]) -> str:
+    """How a model was trained, in words: claim 4 compares pooling methods trained the same way only (a
+    pooled model trained from scratch is not a point of the fine-tuned grid)."""
+    recipe = config.get("recipe") or {}
+    start = config.get("init_from") or {}
+    origin = f"fine-tuned from {start['model']}" if start.get("model") else "from scratch"
+    subset = f" on {config['train_subset']} images" if config.get("train_subset") is not None else ""
+    return f"{origin}, {recipe.get('epochs')} epochs at lr {recipe.get('lr')}{subset}"
 
 
 def train_command(config: dict[str, Any]) -> str:

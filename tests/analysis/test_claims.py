@@ -618,3 +618,21 @@ def test_the_same_attribution_run_three_times_is_the_single_run():
     cols = ["diff", "ci_low", "ci_high", "p", "p (Holm)", "p TOST", "images"]
     pd.testing.assert_frame_equal(one.table[cols], three.table[cols])
     assert set(three.table["seeds"]) == {3} and one.verdict == three.verdict
+
+
+def test_claim4_never_pools_models_trained_another_way_into_the_grid():
+    """The fine-tuned grid supports the claim; one pooled model of a grid point trained from scratch (make
+    tokenpool's patch-tokenpool: 4 epochs) is its own scope, not a fourth seed of that point."""
+    grid = _pool_rows(0.8, 3, 3, 0.005).assign(recipe="fine-tuned from patch, 1 epochs at lr 0.0005")
+    scratch = grid.iloc[[0]].assign(recipe="from scratch, 4 epochs at lr 0.002", test_accuracy=0.1, seed=0)
+    findings = cl.tokenpool_claim(pd.concat([grid, scratch], ignore_index=True))
+    by_scope = {f.scope: f for f in findings}
+    assert sorted(by_scope) == [
+        "d · patch tokenizer · fine-tuned from patch, 1 epochs at lr 0.0005",
+        "d · patch tokenizer · from scratch, 4 epochs at lr 0.002",
+    ]
+    fine = by_scope["d · patch tokenizer · fine-tuned from patch, 1 epochs at lr 0.0005"]
+    assert fine.verdict == cl.SUPPORTED and (fine.table["seeds"] == 3).all()
+    assert by_scope["d · patch tokenizer · from scratch, 4 epochs at lr 0.002"].verdict == cl.INCONCLUSIVE
+    (alone,) = cl.tokenpool_claim(grid)  # one recipe: the scope names none
+    assert alone.scope == "d · patch tokenizer" and alone.verdict == cl.SUPPORTED
