@@ -82,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{folder} is not a folder: give two results folders (--results-dir of each run)"
             )
     counts, problems = compare(args.before, args.after)
-    for line in problems:
-        print(line)
-    print(
+    sys.stdout.writelines(f"{line}\n" for line in problems)
+    sys.stdout.write(
         f"{counts['bytes']} files byte-identical, {counts['scrubbed']} identical once times, revisions, "
-        f"processes and paths are removed, {len(problems)} differ"
+        f"processes and paths are removed, {len(problems)} differ\n"
     )
     return 1 if problems else 0
 

@@ -80,7 +80,7 @@ def publish(source: str | Path, dest: str | Path, *, command: str | None = None)
             f"{source} holds none of the summary files {', '.join(SUMMARY_FILES)}: "
             "publish a finished run folder (after its report) or one of those files"
         )
-    record = _source_record(source, command, {})
+    record = _source_record(source, command)
     refused = command_problem(record["command"])
     if refused:
         raise ValueError(f"{refused}: pass --command with the command that made {source}")
@@ -126,14 +126,15 @@ def check_published(root: str | Path) -> list[Problem]:
         if refused := command_problem(record.get("command")):
             problems.append(Problem(where, "-", refused))
         listed = record.get("files") or {}
-        for path in sorted(_published_files(folder)):
+        present = sorted(_published_files(folder))
+        for path in present:
             if path.name not in listed:
                 problems.append(
                     Problem(where, path.name, "a file source.json does not list: publish it again")
                 )
             elif _sha256(path) != listed[path.name]:
                 problems.append(Problem(where, path.name, "differs from the sha256 source.json recorded"))
-        for name in sorted(set(listed) - {p.name for p in _published_files(folder)}):
+        for name in sorted(set(listed) - {p.name for p in present}):
             problems.append(Problem(where, name, "listed in source.json but missing"))
     return problems
 
@@ -161,7 +162,8 @@ def _summary_files(source: Path) -> list[Path]:
     return candidates
 
 
-def _source_record(source: Path, command: str | None, digests: dict[str, str]) -> dict[str, Any]:
+def _source_record(source: Path, command: str | None) -> dict[str, Any]:
+    """source.json without its ``files`` (:func:`publish` adds them once the copies are written)."""
     meta_path = (source if source.is_dir() else source.parent) / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     run = meta.get("run") or {}
@@ -174,7 +176,6 @@ def _source_record(source: Path, command: str | None, digests: dict[str, str]) -
         "platform": made_by.get("platform"),
         "run_created_utc": meta.get("created_utc"),
         "published_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "files": digests,
     }
 
 

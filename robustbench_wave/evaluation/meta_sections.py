@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from robustbench_wave.evaluation.records import META_FILE
 
@@ -199,6 +199,7 @@ class ModelMeta:
 
 
 EntryT = TypeVar("EntryT")
+SectionT = TypeVar("SectionT", bound="_Entries[Any]")
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,14 @@ class _Entries(Generic[EntryT]):
     """A section that names its entries (``models``, ``attacks``), in the file's order."""
 
     entries: Mapping[str, EntryT] = field(default_factory=dict)
+    #: The section's key in meta.json and the reader of one of its entries (``from_entry(name, entry, where)``).
+    section: ClassVar[str]
+    entry_type: ClassVar[Any]
+
+    @classmethod
+    def from_meta(cls: type[SectionT], meta: Mapping[str, Any], where: Where = META_FILE) -> SectionT:
+        named = _object(_top(meta, where), cls.section, where)
+        return cls({str(n): cls.entry_type.from_entry(str(n), e, where) for n, e in named.items()})
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
@@ -227,10 +236,8 @@ class _Entries(Generic[EntryT]):
 class ModelsMeta(_Entries[ModelMeta]):
     """``models``: every attacked model's entry, in the file's order."""
 
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, Any], where: Where = META_FILE) -> ModelsMeta:
-        models = _object(_top(meta, where), "models", where)
-        return cls({str(n): ModelMeta.from_entry(str(n), e, where) for n, e in models.items()})
+    section: ClassVar[str] = "models"
+    entry_type: ClassVar[Any] = ModelMeta
 
 
 @dataclass(frozen=True)
@@ -270,10 +277,8 @@ class AttackMeta:
 class AttacksMeta(_Entries[AttackMeta]):
     """``attacks``: every suite entry's plan, in the suite's order."""
 
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, Any], where: Where = META_FILE) -> AttacksMeta:
-        attacks = _object(_top(meta, where), "attacks", where)
-        return cls({str(n): AttackMeta.from_entry(str(n), e, where) for n, e in attacks.items()})
+    section: ClassVar[str] = "attacks"
+    entry_type: ClassVar[Any] = AttackMeta
 
 
 @dataclass(frozen=True)
