@@ -34,13 +34,13 @@ from robustbench_wave.attacks import (
     as_float_images,
     families_with,
     find_wavelet_front_end,
-    modes_for,
 )
 from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.evaluation.meta_sections import AttacksMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.models.frontend import offered_modes
 from robustbench_wave.reporting.markdown import write_report
 from robustbench_wave.reporting.runs import DIAGNOSTICS_CSV, DIAGNOSTICS_JSON, ENERGY_FILE
 
@@ -125,10 +125,11 @@ def _diagnose(
 
 
 def recorded_modes(model: nn.Module, rows: pd.DataFrame) -> list[str]:
-    """The gradient modes the checklist judges: those of the model's default ones (:func:`modes_for`) that its
-    records hold, so no page (``trusted_modes``, report.md) speaks of a mode no attack ran under."""
+    """The gradient modes the checklist judges: every mode the model offers (:func:`offered_modes`, a scoped
+    one such as ``bpda-assignment`` too) that its records hold, so no page (``trusted_modes``, report.md)
+    speaks of a mode no attack ran under and no mode an attack ran under goes unjudged."""
     held = set(rows["grad_mode"])
-    return [m for m in modes_for(model) if m in held]
+    return [m for m in offered_modes(model) if m in held]
 
 
 def _check_models(models: Mapping[str, nn.Module], records: pd.DataFrame, run_dir: Path) -> None:
