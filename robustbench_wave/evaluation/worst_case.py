@@ -175,9 +175,7 @@ def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd
         for model in dict.fromkeys(m for m, _ in frames):
             per_mode = [f for (m, _), f in frames.items() if m == model]
             if len(per_mode) > 1:
-                frames[(model, WORST_MODE)] = (
-                    pd.concat(per_mode).groupby(level=0, sort=True).all().astype("boolean")
-                )
+                frames[(model, WORST_MODE)] = _worst_over_modes(per_mode)
     models = list(dict.fromkeys(m for m, _ in frames))
     keys = sorted(frames, key=lambda k: (models.index(k[0]), _mode_rank(k[1])))
     out = []
@@ -189,6 +187,13 @@ def example_flags(records: pd.DataFrame, *, worst_over_modes: bool = True) -> pd
         )
         out.append(f)
     return pd.concat(out)
+
+
+def _worst_over_modes(per_mode: list[pd.DataFrame]) -> pd.DataFrame:
+    """Robust under every gradient mode that ran the attack; NA where no mode ran it (an attack only some
+    models ran, such as an escalation, is no evidence of robustness for the others)."""
+    by_example = pd.concat(per_mode).groupby(level=0, sort=True)
+    return by_example.all().astype("boolean").mask(by_example.count() == 0)
 
 
 _MODE_RANK = {**{m.value: i for i, m in enumerate(GradMode)}, WORST_MODE: 9}

@@ -101,6 +101,20 @@ def test_worst_case_columns_and_rows_match_a_hand_computation() -> None:
     assert exact[("Linf", WORST, 0.1)].tolist() == [False, False, True, False]
 
 
+def test_worst_over_modes_of_an_attack_no_mode_ran_is_empty_not_robust() -> None:
+    """The ``worst`` row reads only the modes that ran an attack: an attack one model of a run ran (an
+    escalation) is absent from the others' records, and their worst-over-modes cell was all-robust (100%)."""
+    other = _hand_records().assign(model="other")
+    escalated = _rows("exact", "E", "Linf", 0.1, [False, True, False, False])  # only m's exact mode ran E
+    s = summarize(pd.concat([_hand_records(), escalated, other], ignore_index=True))
+    cell = s[(s["attack"] == "E") & (s["grad_mode"] == "worst")].set_index("model")
+    assert (
+        cell.loc["m", "n"] == 4 and cell.loc["m", "robust_accuracy"] == 0.25
+    )  # exact's alone: blocked never ran E
+    assert cell.loc["other", "n"] == 0 and math.isnan(cell.loc["other", "robust_accuracy"])
+    assert tables.formatted_table(s).loc[("other", "worst"), ("Linf", "E", "0.1")] == "--"
+
+
 def test_duplicate_records_are_rejected() -> None:
     r = _hand_records()
     with pytest.raises(ValueError, match="duplicate"):
