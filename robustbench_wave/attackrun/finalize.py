@@ -21,7 +21,7 @@ from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
 from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.settings import NO_SURROGATE, RUN_EVALUATION, Echo
-from robustbench_wave.core.distributed import resolve_device
+from robustbench_wave.core.distributed import DistContext, resolve_device
 from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
@@ -92,12 +92,23 @@ def diagnose(
     surrogate: Surrogate | None = None,
     baseline: str | None = None,
     escalate: bool = True,
+    ctx: DistContext | None = None,
 ) -> None:
     """Gradient-masking checklist, figures, verdict and report.md of the finished run (``batch_size`` and
     ``seed``: the run's); a model whose every gradient mode failed the checklist is escalated (transfer from
     ``surrogate``, the run's) and the run diagnosed again (unless not ``escalate``: ``--escalation off``);
-    finally the tables with the checklist's marks (``baseline``: the verdict's)."""
+    finally the tables with the checklist's marks (``baseline``: the verdict's).
+
+    Under torchrun (``ctx``) every rank calls it: rank 0 diagnoses and writes, and the ranks share the
+    escalation (:func:`~robustbench_wave.attackrun.run_escalation.after_checklist`)."""
+    ctx = ctx or DistContext()
     modules = {name: model for name, (model, _) in models.items()}
+    if not ctx.is_main:
+        if escalate:
+            after_checklist(
+                run_dir, modules, data, None, surrogate or Surrogate(), batch_size=batch_size, ctx=ctx
+            )
+        return
 
     def finalize() -> Path:
         return finalize_run(
@@ -109,7 +120,9 @@ def diagnose(
     report = finalize()
     reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
     escalated = (
-        after_checklist(run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=batch_size)
+        after_checklist(
+            run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=batch_size, ctx=ctx
+        )
         if escalate
         else []
     )

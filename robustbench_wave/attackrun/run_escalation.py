@@ -12,22 +12,27 @@ and a model whose records already hold escalation rows is never escalated again.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
 from robustbench_wave.attackrun.folder import CHUNKS_DIR
 from robustbench_wave.attackrun.models import Loaded
 from robustbench_wave.attacks import Suite, parse_suite
+from robustbench_wave.core.distributed import DistContext, all_gather_object, broadcast_object
 from robustbench_wave.data import LabelledImages
 from robustbench_wave.evaluation import EvalSettings, EvaluationResult
 from robustbench_wave.evaluation import escalation as esc
+from robustbench_wave.evaluation.adversarial import merge_sets
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
+from robustbench_wave.evaluation.sharding import Shard, merge_records, shard_dir
 
 log = logging.getLogger(__name__)
 
@@ -80,20 +85,61 @@ def settings_from_meta(meta: dict[str, Any], name: str, info: Any) -> EvalSettin
     )
 
 
+@dataclass(frozen=True)
+class _Due:
+    """One model the checklist escalates: why, the settings its run evaluated it with, and its records."""
+
+    reason: str
+    settings: EvalSettings
+    rows: pd.DataFrame
+
+
 def after_checklist(
     run_dir: Path,
     models: dict[str, nn.Module],
     data: LabelledImages,
-    reports: list[dict[str, Any]],
+    reports: list[dict[str, Any]] | None,
     surrogate: Surrogate,
     *,
     batch_size: int,
     device: torch.device | str | None = None,
+    ctx: DistContext | None = None,
 ) -> list[str]:
     """Escalate every model of the saved run in ``run_dir`` whose checklist (``reports``: diagnostics.json's
     entries) failed in every gradient mode and that has no escalation rows yet; rewrite records and meta.
-    Returns the models escalated (none: nothing was written)."""
-    result = EvaluationResult.load(run_dir)
+    Returns the models escalated (none: nothing was written).
+
+    Under torchrun (``ctx``) every rank calls it: rank 0's reports and records decide (the other ranks' are
+    not read), each rank escalates whole seeding blocks of the examples, chunks cached in its shard's folder
+    as the suite's, and rank 0 joins the parts in one process's order and writes, so the records are the
+    one-process escalation's, in about 1/ranks of its time."""
+    ctx = ctx or DistContext()
+    result = EvaluationResult.load(run_dir) if ctx.is_main else None
+    plan = _due(result, models, data, reports or []) if result is not None else None
+    suite_dict, save, due = broadcast_object(ctx, plan) or (None, False, {})
+    if not due:
+        return []
+    suite = parse_suite(suite_dict)
+    for name, item in due.items():
+        extra = _escalate_part(run_dir, models[name], data, suite, name, item, surrogate, ctx, save=save,
+                               batch_size=batch_size, device=device)  # fmt: skip
+        parts = all_gather_object(ctx, extra)
+        if result is not None:
+            ids = item.rows.drop_duplicates("example_id")["example_id"].tolist()
+            result = esc.join(result, name, _joined(name, [p for p in parts if p is not None], ids))
+    if result is not None:
+        result.save(run_dir)
+    return list(due)
+
+
+def _due(
+    result: EvaluationResult,
+    models: dict[str, nn.Module],
+    data: LabelledImages,
+    reports: list[dict[str, Any]],
+) -> tuple[dict[str, Any], bool, dict[str, _Due]] | None:
+    """What rank 0 sends every rank: the run's suite, whether it keeps adversarial points, and each model
+    to escalate (none: None)."""
     due = {
         d["model"]: reason
         for d in reports
@@ -101,24 +147,67 @@ def after_checklist(
         and d["model"] in models
         and not esc.escalated(result.records, d["model"])
     }
-    suite = parse_suite(result.meta["suite"])
-    if not due or not esc.norm_grid(suite, data.info):
-        return []
-    save = bool(result.adversarial)
-    for name, reason in due.items():
-        rows = result.records[result.records["model"] == name]
-        ids = rows.drop_duplicates("example_id")["example_id"].tolist()
-        pos = {int(i): k for k, i in enumerate(_run_ids(data))}
-        take = torch.as_tensor([pos[int(i)] for i in ids], dtype=torch.long)
-        extra = esc.escalate(
-            models[name], data.images[take], data.labels[take], suite,
-            settings_from_meta(result.meta, name, data.info), rows, reason=reason, stage=esc.CHECKLIST,
-            surrogate=surrogate.model, surrogate_name=surrogate.name, example_ids=ids, batch_size=batch_size,
-            device=device, progress=False, cache_dir=run_dir / CHUNKS_DIR, save_adversarial=save,
-        )  # fmt: skip
-        result = esc.join(result, name, extra)
-    result.save(run_dir)
-    return list(due)
+    if not due or not esc.norm_grid(parse_suite(result.meta["suite"]), data.info):
+        return None
+    items = {
+        name: _Due(
+            reason,
+            settings_from_meta(result.meta, name, data.info),
+            result.records[result.records["model"] == name],
+        )
+        for name, reason in due.items()
+    }
+    return result.meta["suite"], bool(result.adversarial), items
+
+
+def _escalate_part(
+    run_dir: Path,
+    model: nn.Module,
+    data: LabelledImages,
+    suite: Suite,
+    name: str,
+    item: _Due,
+    surrogate: Surrogate,
+    ctx: DistContext,
+    *,
+    save: bool,
+    batch_size: int,
+    device: torch.device | str | None,
+) -> tuple[int, EvaluationResult] | None:
+    """This rank's share of one model's escalation: every example in one process, else the rank's whole
+    seeding blocks (None on a rank beyond the blocks)."""
+    ids = torch.as_tensor(item.rows.drop_duplicates("example_id")["example_id"].tolist(), dtype=torch.long)
+    count = min(ctx.world_size, -(-len(ids) // suite.rng_block))
+    if ctx.rank >= count:
+        return None
+    shard = Shard(ctx.rank, count)
+    cache = run_dir / CHUNKS_DIR if shard.is_whole else shard_dir(run_dir, shard) / CHUNKS_DIR
+    mine = ids if shard.is_whole else ids[shard.positions(ids, suite.rng_block)]
+    rows = item.rows if shard.is_whole else item.rows[item.rows["example_id"].isin(mine.tolist())]
+    pos = {int(i): k for k, i in enumerate(_run_ids(data))}
+    take = torch.as_tensor([pos[int(i)] for i in mine], dtype=torch.long)
+    extra = esc.escalate(
+        model, data.images[take], data.labels[take], suite, item.settings, rows, reason=item.reason,
+        stage=esc.CHECKLIST, surrogate=surrogate.model, surrogate_name=surrogate.name,
+        example_ids=mine.tolist(), batch_size=batch_size, device=device, progress=False, cache_dir=cache,
+        save_adversarial=save,
+    )  # fmt: skip
+    return shard.index, extra
+
+
+def _joined(name: str, parts: list[tuple[int, EvaluationResult]], ids: list[int]) -> EvaluationResult:
+    """One model's escalation from its ranks' parts: records in one process's order, the note with each
+    part's timing (tagged by shard, as a sharded run's) and resumed chunks summed."""
+    if len(parts) == 1:
+        return parts[0][1]
+    parts = sorted(parts, key=lambda p: p[0])
+    records = merge_records([r.records for _, r in parts], ids)
+    note = copy.deepcopy(parts[0][1].meta[esc.META_KEY])
+    note["timing"] = [{**t, "shard": i} for i, r in parts for t in r.meta[esc.META_KEY].get("timing", [])]
+    note["resumed_chunks"] = sum(r.meta[esc.META_KEY].get("resumed_chunks", 0) for _, r in parts)
+    kept = [r.adversarial[name] for _, r in parts if name in r.adversarial]
+    adversarial = {name: merge_sets(name, kept)} if kept else {}
+    return EvaluationResult(records, {esc.META_KEY: note}, adversarial=adversarial)
 
 
 def _run_ids(data: LabelledImages) -> list[int]:

@@ -271,11 +271,11 @@ def run_job(job: Job, shard: Shard, ctx: DistContext) -> None:
             return
         claim(job.run_dir, job.config, job.options.overwrite, ctx, stack)
         run_ranks(job, shard, ctx)
-        if job.options.finalize.diagnostics and ctx.is_main:
+        if job.options.finalize.diagnostics:  # every rank: they share the escalation after the checklist
             surrogate = Surrogate.of(job.surrogate, job.settings.key(job.settings.surrogate))
             baseline = job.settings.key(job.settings.baseline) if job.settings.baseline else None
             diagnose(
                 job.options.finalize, job.run_dir, job.models, job.data, job.echo,
                 batch_size=job.options.batch_size, seed=job.settings.evaluation.seed,
-                surrogate=surrogate, baseline=baseline, escalate=job.settings.escalates,
+                surrogate=surrogate, baseline=baseline, escalate=job.settings.escalates, ctx=ctx,
             )  # fmt: skip
