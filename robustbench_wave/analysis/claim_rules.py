@@ -526,13 +526,18 @@ def attribution(
     threat: str,
     zoo: ClaimModels = ZOO,
     reference: Mapping[str, float] | None = None,
+    unverified: vd.Marks | None = None,
 ) -> Finding | None:
     """Where the wavelet model's gap to the patch baseline comes from, at ``threat``'s reference budget:
     each ablation step's paired worst-case difference (to minus from, seeds pooled with the image as the unit;
-    seed spread of the per-seed differences), Holm-adjusted exact tests. The claim tested is the source
-    paper's mechanism: the robustness comes from sparsification. Supported when that step is significantly
-    positive; not supported when it is significantly negative or equivalent to no difference (TOST within
-    :data:`verdict.EQUIVALENCE_MARGIN`); inconclusive otherwise, or when a model is under the clean floor."""
+    seed spread of the per-seed differences), Holm-adjusted tests. The claim tested is the source paper's
+    mechanism: the robustness comes from sparsification. By the verdict's rules: supported when that step's
+    95% interval clears the minimum effect (Holm-adjusted) and, the claim being about an architecture, the
+    training seeds' t interval does too (:func:`verdict.architecture`; one seed is a claim about these networks
+    alone: inconclusive); not supported when it is significantly negative or within the minimum effect by TOST
+    (a small step included); inconclusive otherwise, when a model is under the clean floor, or when a model of
+    the step is *unverified* (``unverified``: every gradient mode it ran failed the checklist, so its numbers
+    are upper bounds)."""
     models = set.intersection(*(set(r["model"]) for r in runs))
     steps = [s for s in (*zoo.chain, *zoo.extra) if s.start in models and s.end in models]
     eps = reference_eps(runs[0], threat, declared=reference)
@@ -542,18 +547,51 @@ def attribution(
     for row, p in zip(rows, holm([r["p"] for r in rows])):
         row["p (Holm)"] = p
         row["significant"] = bool(p < ALPHA)
+    for row, p in zip(rows, holm([r["p clears"] for r in rows])):
+        row["p clears (Holm)"] = p
+        row["clears"] = bool(p < ALPHA / 2)  # the 95% interval clears the minimum effect
     for row, p in zip(rows, holm([r["p TOST"] for r in rows])):
         row["p TOST (Holm)"] = p
         row["equivalent"] = bool(p < ALPHA)
     pooled = {r["step"]: r.pop("_pooled") for r in rows}
+    seed_diffs = {r["step"]: r.pop("_seed_diffs") for r in rows}
     table = pd.DataFrame(rows)
-    low = _below_floor(runs, sorted({m for s in steps for m in (s.start, s.end)}), threat, eps, num_classes)
-    verdict, reason = _attribution_verdict(table, low, zoo)
+    step_models = sorted({m for s in steps for m in (s.start, s.end)})
+    doubts = _inconclusive_models(runs, step_models, threat, eps, num_classes, unverified or {}, zoo)
+    verdict, reason = _attribution_verdict(table, seed_diffs.get(zoo.mechanism, []), doubts, zoo)
     if zoo.mechanism in pooled:
         reason += f" ({pooled[zoo.mechanism].unit})"
     sig = [r["step"] for r in rows if r["significant"]]
     measured = "significant steps: " + (", ".join(sig) if sig else "none")
     return Finding(3, f"{scope} · attribution · {threat} ε = {eps:.4g}", measured, verdict, reason, table)
+
+
+def _inconclusive_models(
+    runs: Sequence[pd.DataFrame],
+    models: Sequence[str],
+    threat: str,
+    eps: float,
+    k: int,
+    unverified: vd.Marks,
+    zoo: ClaimModels,
+) -> str | None:
+    """Why the mechanism step cannot be judged: a model of the chain under the clean floor, or a model of the
+    mechanism step unverified in every gradient mode it ran; None when neither."""
+    low = _below_floor(runs, models, threat, eps, k)
+    if low:
+        return f"clean accuracy under the floor: {', '.join(low)}"
+    step = zoo.mechanism_step()
+    marked = []
+    for model in (step.start, step.end):
+        modes = {str(m) for r in runs for m in r.loc[r["model"] == model, "grad_mode"].unique()}
+        if modes and all((model, mode) in unverified for mode in modes):
+            marked.append(model)
+    if marked:
+        return (
+            f"{', '.join(marked)} unverified (every gradient mode it ran failed the checklist): the "
+            f"{step.change} step compares upper bounds"
+        )
+    return None
 
 
 def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps: float) -> dict:
@@ -563,7 +601,8 @@ def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps
         for r in runs
     ]
     pooled = paired_over_seeds(pairs)
-    spread = seed_spread([paired_over_seeds([p]).diff for p in pairs])
+    seed_diffs = [paired_over_seeds([p]).diff for p in pairs]
+    spread = seed_spread(seed_diffs)
     eq = pooled.equivalence(vd.EQUIVALENCE_MARGIN, ALPHA)
     return {
         "step": step.change,
@@ -578,7 +617,9 @@ def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps
         "only to": pooled.only_a,
         "only from": pooled.only_b,
         "p": pooled.p_value,
+        "p clears": pooled.one_sided_p(vd.MINIMUM_EFFECT, lower=True),
         "p TOST": eq.p_value,
+        "_seed_diffs": seed_diffs,
         "_pooled": pooled,
     }
 
@@ -592,9 +633,11 @@ def _below_floor(
     return [f"{m} ({fmt.percent(clean[m])})" for m in models if m in clean and clean[m] < floor]
 
 
-def _attribution_verdict(table: pd.DataFrame, low: Sequence[str], zoo: ClaimModels) -> tuple[str, str]:
-    if low:
-        return INCONCLUSIVE, f"clean accuracy under the floor: {', '.join(low)}"
+def _attribution_verdict(
+    table: pd.DataFrame, seed_diffs: Sequence[float], doubts: str | None, zoo: ClaimModels
+) -> tuple[str, str]:
+    if doubts:
+        return INCONCLUSIVE, doubts
     step = table[table["step"] == zoo.mechanism]
     if step.empty:
         s = zoo.mechanism_step()
@@ -606,16 +649,25 @@ def _attribution_verdict(table: pd.DataFrame, low: Sequence[str], zoo: ClaimMode
     diff = f"{_pts(r['diff'])} {fmt.interval(r['ci_low'], r['ci_high'])}"
     where = f"{zoo.mechanism} step {diff}, Holm p = {r['p (Holm)']:.2g}"
     margin = _margin()
-    if r["significant"]:
-        return (SUPPORTED if r["diff"] > 0 else NOT_SUPPORTED), where
+    if r["clears"]:
+        arch = vd.architecture(seed_diffs, vd.VerdictSettings())
+        if arch["confirmed"]:
+            return SUPPORTED, f"{where}: clears the minimum effect, in every seed's t interval too"
+        seeds = "one training seed" if arch["n_seeds"] < 2 else "the seeds' t interval does not"
+        return INCONCLUSIVE, (
+            f"{where}: clears the minimum effect for these networks, but {seeds} (the claim is about an "
+            "architecture): train more seeds"
+        )
+    if r["significant"] and r["diff"] < 0:
+        return NOT_SUPPORTED, where
     if r["equivalent"]:
         return NOT_SUPPORTED, (
-            f"{where}: not significant, and within {margin} by two one-sided tests "
-            f"(Holm TOST p = {r['p TOST (Holm)']:.2g})"
+            f"{where}: within {margin} by two one-sided tests (Holm TOST p = {r['p TOST (Holm)']:.2g}), "
+            "so no large effect"
         )
     return INCONCLUSIVE, (
-        f"{where}: not significant, and not shown within {margin} (Holm TOST p = {r['p TOST (Holm)']:.2g}): "
-        "attack more examples"
+        f"{where}: neither clears the minimum effect nor shown within {margin} (Holm TOST p = "
+        f"{r['p TOST (Holm)']:.2g}): attack more examples"
     )
 
 

@@ -357,6 +357,7 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
                 num_classes=k,
                 threat=threat,
                 reference=declared_reference(group[0].meta),
+                unverified=run_marks(group),
             )
             found += [step] if step else []
         return found

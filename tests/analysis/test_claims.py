@@ -83,9 +83,15 @@ def _chain(sparse_gain: int) -> pd.DataFrame:
     return _records(models)
 
 
+def _attribution(runs: list[pd.DataFrame], **kw) -> cl.Finding:
+    f = cl.attribution(runs, list(range(len(runs))), scope="s", num_classes=NUM_CLASSES, threat="Linf", **kw)
+    assert f is not None
+    return f
+
+
 def test_attribution_finds_the_sparsification_step_and_the_chain_adds_up():
-    f = cl.attribution([_chain(46)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
-    assert f is not None and f.verdict == cl.SUPPORTED
+    f = _attribution([_chain(46)] * 3)  # three seeds: the claim is about an architecture
+    assert f.verdict == cl.SUPPORTED, f.reason
     steps = f.table.set_index("step")
     assert steps["significant"].to_dict() == {
         "input normalisation (patch without input standardisation)": False,
@@ -94,7 +100,25 @@ def test_attribution_finds_the_sparsification_step_and_the_chain_adds_up():
         "sparsification": True,
     }
     assert steps["diff"].sum() == pytest.approx((60 - 10) / N)  # telescopes to wavelet − patch
-    assert steps.loc["sparsification", "only to"] == 46 and steps.loc["sparsification", "only from"] == 0
+    only_to, only_from = steps.loc["sparsification", ["only to", "only from"]]
+    assert (only_to, only_from) == (3 * 46, 0)  # 46 images in each seed
+
+
+def test_attribution_follows_the_verdicts_rules():
+    """Supported needs the step's interval to clear the minimum effect in the pooled images and across
+    training seeds, and trusted numbers at both ends of the step: one seed is these networks alone, a
+    significant step of 8 points clears nothing, an unverified wavelet model gives upper bounds."""
+    one = _attribution([_chain(46)])
+    assert one.verdict == cl.INCONCLUSIVE and "one training seed" in one.reason, one.reason
+    small = _attribution([_chain(8)] * 3)
+    row = small.table.set_index("step").loc["sparsification"]
+    assert row["significant"] and not row["clears"] and small.verdict != cl.SUPPORTED, small.reason
+    modes = sorted(_chain(46).loc[lambda d: d["model"] == "wavelet", "grad_mode"].unique())
+    marks = {("wavelet", m): "failed gradient checks: gradient_mode_gap" for m in modes}
+    masked = _attribution([_chain(46)] * 3, unverified=marks)
+    assert masked.verdict == cl.INCONCLUSIVE and "wavelet unverified" in masked.reason, masked.reason
+    one_mode_left = {k: v for k, v in marks.items() if k[1] != modes[0]}
+    assert _attribution([_chain(46)] * 3, unverified=one_mode_left).verdict == cl.SUPPORTED
 
 
 def test_attribution_without_a_sparsification_effect_is_not_supported():
@@ -510,7 +534,7 @@ def test_renamed_zoo_models_change_the_table_not_the_finders():
         cl.ZOO, candidate="w4", baseline="p0", family="w", chain=tuple(rename(s) for s in cl.ZOO.chain)
     )
     assert cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf") is None
-    f = cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    f = cl.attribution([records] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
     assert f is not None and f.verdict == cl.SUPPORTED and "sparsification step +46.0 pts" in f.reason
     assert cl.claim3_models(["w4", "w3", "p0", "w4-tokenpool"], zoo) == (["w4", "w3"], "p0")
     no_step = records[records["model"] != "w3"]
@@ -617,7 +641,8 @@ def test_the_same_attribution_run_three_times_is_the_single_run():
     three = cl.attribution([_chain(46)] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf")
     cols = ["diff", "ci_low", "ci_high", "p", "p (Holm)", "p TOST", "images"]
     pd.testing.assert_frame_equal(one.table[cols], three.table[cols])
-    assert set(three.table["seeds"]) == {3} and one.verdict == three.verdict
+    assert set(three.table["seeds"]) == {3}
+    assert (one.verdict, three.verdict) == (cl.INCONCLUSIVE, cl.SUPPORTED)  # one seed: these networks alone
 
 
 def test_claim4_never_pools_models_trained_another_way_into_the_grid():
