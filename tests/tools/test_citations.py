@@ -249,22 +249,19 @@ def test_the_problem_names_page_section_number_and_what_to_do(root):
 
 
 def test_a_changed_cell_in_a_copy_of_the_readmes_published_files_fails_naming_that_cell(tmp_path):
-    """The README's demo section against a copy of its published files: it passes, then one cell of
-    summary.csv changes (0.14 -> 0.141) and the check names the number and the cell."""
+    """The README's demo section against a copy of its published files: it passes, then one cell of the
+    training summary changes (0.8532 -> 0.8533) and the check names the number and the cell."""
     shutil.copytree(ROOT / "results" / "published", tmp_path / "results" / "published")
     readme = (ROOT / "README.md").read_text()
     assert check_markdown(readme, tmp_path) == []
-    summary = tmp_path / "results" / "published" / "demo" / "summary.csv"
-    row = "wavelet,blocked,Linf,worst-case,0.1,1000,140,0.14,"
+    summary = tmp_path / "results" / "published" / "demo-train" / "summary.csv"
+    row = "patch,0,0.8532,"
     assert summary.read_text().count(row) == 1
-    summary.write_text(
-        summary.read_text().replace(row, "wavelet,blocked,Linf,worst-case,0.1,1000,141,0.141,")
-    )
+    summary.write_text(summary.read_text().replace(row, "patch,0,0.8533,"))
     problems = [str(p) for p in check_markdown(readme, tmp_path)]
     assert problems == [
-        "README.md [The demo table (`make demo`)]: '14.0%' is not what it cites: demo/summary.csv[model=wavelet, "
-        "grad_mode=blocked, attack=worst-case, threat=Linf, eps=0.1].robust_accuracy % gives 14.1; correct the "
-        "number (or the cite, if it names the wrong cell)"
+        "README.md [The demo table (`make demo`)]: '0.8532' is not what it cites: demo-train/summary.csv"
+        "[model=patch].test_accuracy gives 0.8533; correct the number (or the cite, if it names the wrong cell)"
     ]
 
 
