@@ -617,7 +617,7 @@ def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps
         "only to": pooled.only_a,
         "only from": pooled.only_b,
         "p": pooled.p_value,
-        "p clears": pooled.one_sided_p(vd.MINIMUM_EFFECT, lower=True),
+        "p clears": pooled.one_sided_p(vd.EQUIVALENCE_MARGIN, lower=True),
         "p TOST": eq.p_value,
         "_seed_diffs": seed_diffs,
         "_pooled": pooled,
@@ -829,9 +829,10 @@ def assignment_masking_claim(
     reference: Mapping[str, float] | None = None,
 ) -> list[Finding]:
     """Claim 5 per Token Pooling model and threat: exact minus BPDA-through-the-assignment robust accuracy at
-    the reference budget (seeds pooled with the image as the unit). Masking at the assignment = exact
-    significantly above BPDA (supported); not supported when significantly below or equivalent (TOST within
-    :data:`verdict.EQUIVALENCE_MARGIN`); else inconclusive.
+    the reference budget (seeds pooled with the image as the unit). Masking at the assignment, by the
+    verdict's rule for masking: the gap's 95% interval clears the minimum effect (supported); not supported
+    when exact is significantly below BPDA or the gap is within :data:`verdict.EQUIVALENCE_MARGIN` by TOST (a
+    significant gap inside the margin included); else inconclusive.
 
     The BPDA side is the mode of :func:`assignment_mode`: ``bpda-assignment`` (the assignment alone, any
     model), or ``bpda`` on a model whose only fixed front-end is Token Pooling (``assignment_only``); a model
@@ -936,12 +937,16 @@ def _masking_verdict(p: PairedComparison, side: str) -> tuple[str, str]:
         f"exact vs {side}: {test} p = {p.p_value:.2g} on {p.only_a} + {p.only_b} discordant of {p.n_pairs} "
         f"pairs ({p.unit})"
     )
-    if p.p_value < ALPHA:
+    if p.diff > 0 and p.one_sided_p(vd.EQUIVALENCE_MARGIN, lower=True) < ALPHA / 2:
         return (
-            (SUPPORTED, words + ": BPDA breaks what exact gradients cannot")
-            if p.diff > 0
-            else (NOT_SUPPORTED, words + ": BPDA is weaker than exact gradients")
+            SUPPORTED,
+            f"{words}: BPDA breaks what exact gradients cannot, the gap's 95% interval clearing {_margin().lstrip('±')}",
         )
+    if p.p_value < ALPHA and p.diff < 0:
+        return NOT_SUPPORTED, words + ": BPDA is weaker than exact gradients"
     if equivalent(p):
-        return NOT_SUPPORTED, f"{words}: no gap, {margin_words(p)}"
-    return INCONCLUSIVE, f"{words}: no significant gap, {margin_words(p)}: attack more examples"
+        return NOT_SUPPORTED, f"{words}: no gap beyond the minimum effect, {margin_words(p)}"
+    return (
+        INCONCLUSIVE,
+        f"{words}: a gap neither clearing nor shown within the minimum effect, {margin_words(p)}: attack more examples",
+    )

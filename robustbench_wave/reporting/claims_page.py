@@ -469,9 +469,10 @@ CLAIMS: dict[int, Claim] = {
             "sign-flip test stratified by image, Newcombe's interval on the seed-averaged table of N images). "
             "'No more robust' needs an equivalence test: two one-sided tests that the difference is within "
             "±{margin} (the {tost_level} interval inside the margin). Attribution: each ablation step's paired "
-            "difference (to − from), Holm-adjusted, seeds pooled the same way; not supported when the "
-            "sparsification step is significantly negative or within ±{margin} by TOST; the chain's steps add "
-            "up to wavelet − patch.",
+            "difference (to − from), Holm-adjusted, seeds pooled the same way; supported when the sparsification "
+            "step's 95% interval clears the minimum effect of {margin}, the training seeds' t interval does too "
+            "(one seed: inconclusive) and neither model of the step is unverified; not supported when it is "
+            "significantly negative or within ±{margin} by TOST; the chain's steps add up to wavelet − patch.",
             needs=RUNS,
             finder=_robustness_findings,
         ),
@@ -505,9 +506,10 @@ CLAIMS: dict[int, Claim] = {
             "through the cluster assignment alone (mode bpda-assignment: every other fixed front-end, e.g. a wavelet "
             "tokenizer's mask, exact; or mode bpda where the Token Pooling layer is the model's only fixed "
             "front-end; a model with neither is inconclusive), paired on the same images, seeds pooled with the "
-            "image as the unit. Supported when exact is significantly above BPDA (α = {alpha}); not supported when "
-            "significantly below, or within ±{margin} by two one-sided tests (the {tost_level} interval inside the "
-            "margin); else inconclusive.",
+            "image as the unit. Supported when exact − BPDA's 95% interval clears the minimum effect of {margin} "
+            "(the verdict's rule for masking); not supported when exact is significantly below (α = {alpha}), or "
+            "within ±{margin} by two one-sided tests (the {tost_level} interval inside the margin), a significant gap "
+            "inside it included; else inconclusive.",
             needs=RUNS,
             finder=_masking_findings,
         ),

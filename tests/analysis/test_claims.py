@@ -143,7 +143,12 @@ def _pooled_model(exact: int, bpda: int, blocked: int = 90, n: int = N) -> pd.Da
 
 @pytest.mark.parametrize(
     ("exact", "bpda", "n", "expected"),
-    [(60, 20, 100, cl.SUPPORTED), (30, 30, 100, cl.NOT_SUPPORTED), (6, 4, 20, cl.INCONCLUSIVE)],
+    [
+        (60, 20, 100, cl.SUPPORTED),
+        (30, 30, 100, cl.NOT_SUPPORTED),
+        (6, 4, 20, cl.INCONCLUSIVE),
+        (60, 30, 1000, cl.NOT_SUPPORTED),  # a significant gap of 3 points: inside the minimum effect
+    ],
 )
 def test_claim5_exact_vs_bpda(exact, bpda, n, expected):
     (f,) = [
