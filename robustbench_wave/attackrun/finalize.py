@@ -103,45 +103,50 @@ def diagnose(
     escalation (:func:`~robustbench_wave.attackrun.run_escalation.after_checklist`)."""
     ctx = ctx or DistContext()
     modules = {name: model for name, (model, _) in models.items()}
+
+    def escalation(reports: list[dict[str, Any]] | None) -> list[str]:
+        if not escalate:
+            return []
+        sur = surrogate or Surrogate()
+        return after_checklist(run_dir, modules, data, reports, sur, batch_size=batch_size, ctx=ctx)
+
     if not ctx.is_main:
-        if escalate:
-            after_checklist(
-                run_dir, modules, data, None, surrogate or Surrogate(), batch_size=batch_size, ctx=ctx
-            )
+        escalation(None)  # rank 0 decides; this rank escalates its share
         return
 
-    def finalize() -> Path:
-        return finalize_run(
+    def finalize() -> tuple[Path, list[dict[str, Any]]]:
+        report = finalize_run(
             run_dir, modules, data.images, data.labels, data.info, n_diagnostics=options.n_diagnostics,
             diagnostics_steps=options.diagnostics_steps, seed=seed, batch_size=batch_size,
             baseline=baseline,
         )  # fmt: skip
+        return report, (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
 
-    report = finalize()
-    reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
-    escalated = (
-        after_checklist(
-            run_dir, modules, data, reports, surrogate or Surrogate(), batch_size=batch_size, ctx=ctx
-        )
-        if escalate
-        else []
-    )
+    report, reports = finalize()
+    escalated = escalation(reports)
     if escalated:
         echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
-        report = finalize()
-        reports = (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
-    records, meta = read_run(run_dir)
-    marks = unverified_cells(meta, reports)
-    paths = write_tables(records, run_dir, meta=meta, marks=marks, baseline=baseline)
-    if escalated:
-        echo(paths["text"].read_text(encoding="utf-8"))
-    elif marks:
-        marked = ", ".join(f"{m}/{g}" for m, g in marks)
-        echo(f"\n{MARK} marked in table.txt / table.csv / table.tex (gradient checks failed): {marked}")
+        report, reports = finalize()
+    _write_marked_tables(run_dir, reports, echo, baseline=baseline, show_table=bool(escalated))
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
         echo(f"\nverdict: {verdict['text']}")
     echo(f"report: {report}")
+
+
+def _write_marked_tables(
+    run_dir: Path, reports: list[dict[str, Any]], echo: Echo, *, baseline: str | None, show_table: bool
+) -> None:
+    """The run's tables with the checklist's marks (``reports``: diagnostics.json's entries); the table
+    printed when the records grew (``show_table``), else the marked cells named."""
+    records, meta = read_run(run_dir)
+    marks = unverified_cells(meta, reports)
+    paths = write_tables(records, run_dir, meta=meta, marks=marks, baseline=baseline)
+    if show_table:
+        echo(paths["text"].read_text(encoding="utf-8"))
+    elif marks:
+        marked = ", ".join(f"{m}/{g}" for m, g in marks)
+        echo(f"\n{MARK} marked in table.txt / table.csv / table.tex (gradient checks failed): {marked}")
 
 
 def finalize_merged_run(

@@ -32,7 +32,7 @@ from robustbench_wave.evaluation import escalation as esc
 from robustbench_wave.evaluation.adversarial import merge_sets
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
-from robustbench_wave.evaluation.sharding import Shard, merge_records, shard_dir
+from robustbench_wave.evaluation.sharding import Shard, merge_records, rank_count, shard_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,11 @@ class _Due:
     settings: EvalSettings
     rows: pd.DataFrame
 
+    @property
+    def example_ids(self) -> list[int]:
+        """The run-wide ids of the examples its records hold, in record order."""
+        return self.rows.drop_duplicates("example_id")["example_id"].tolist()
+
 
 def after_checklist(
     run_dir: Path,
@@ -125,8 +130,8 @@ def after_checklist(
                                batch_size=batch_size, device=device)  # fmt: skip
         parts = all_gather_object(ctx, extra)
         if result is not None:
-            ids = item.rows.drop_duplicates("example_id")["example_id"].tolist()
-            result = esc.join(result, name, _joined(name, [p for p in parts if p is not None], ids))
+            part = _joined(name, [p for p in parts if p is not None], item.example_ids)
+            result = esc.join(result, name, part)
     if result is not None:
         result.save(run_dir)
     return list(due)
@@ -176,8 +181,8 @@ def _escalate_part(
 ) -> tuple[int, EvaluationResult] | None:
     """This rank's share of one model's escalation: every example in one process, else the rank's whole
     seeding blocks (None on a rank beyond the blocks)."""
-    ids = torch.as_tensor(item.rows.drop_duplicates("example_id")["example_id"].tolist(), dtype=torch.long)
-    count = min(ctx.world_size, -(-len(ids) // suite.rng_block))
+    ids = torch.as_tensor(item.example_ids, dtype=torch.long)
+    count = rank_count(len(ids), suite.rng_block, ctx.world_size)
     if ctx.rank >= count:
         return None
     shard = Shard(ctx.rank, count)

@@ -30,7 +30,14 @@ from robustbench_wave.core.tracking import attack_log_dir, log_attack_tables, pr
 from robustbench_wave.data import LabelledImages
 from robustbench_wave.evaluation import EvaluationResult, evaluate
 from robustbench_wave.evaluation.chunks import tensor_sha256
-from robustbench_wave.evaluation.sharding import SHARD_META_KEY, Shard, ShardJob, merge_results, shard_dir
+from robustbench_wave.evaluation.sharding import (
+    SHARD_META_KEY,
+    Shard,
+    ShardJob,
+    merge_results,
+    rank_count,
+    shard_dir,
+)
 from robustbench_wave.reporting import tables
 
 log = logging.getLogger(__name__)
@@ -61,7 +68,7 @@ def rank_shard(job: Job, ctx: DistContext) -> Shard | None:
     blocks), so with more ranks than blocks the extra ranks evaluate nothing (None) and only wait for the
     others; rank 0 says so in the log."""
     n, block = len(job.data), job.suite.rng_block
-    count = min(ctx.world_size, -(-n // block))
+    count = rank_count(n, block, ctx.world_size)
     if count < ctx.world_size and ctx.is_main:
         log.warning(
             "%d ranks, but %d examples make %d seeding blocks of %d: ranks %d-%d idle (a shard owns whole blocks)",

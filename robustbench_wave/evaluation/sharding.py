@@ -91,6 +91,12 @@ def shard_dir(run_dir: str | Path, shard: Shard) -> Path:
     return Path(run_dir) / SHARDS_DIR / shard.label
 
 
+def rank_count(n_examples: int, rng_block: int, world_size: int) -> int:
+    """How many of ``world_size`` ranks can share ``n_examples``: a shard owns whole seeding blocks, so at
+    most one rank per block (the others idle)."""
+    return min(world_size, -(-n_examples // rng_block))
+
+
 def shard_positions(example_ids: torch.Tensor, rng_block: int, index: int, count: int) -> torch.Tensor:
     """Positions (ascending) of the examples shard ``index`` of ``count`` evaluates.
 
