@@ -152,8 +152,6 @@ def merge_main(args: Any, argv: list[str]) -> int:
         with RunLock(args.run_dir, hint=BUSY_HINT):
             command = command_line("robustbench_wave.report", [MERGE, *argv])
             paths = write_merged_run(args.run_dir, merged, config, command)
-            if not args.quiet:
-                sys.stdout.write(paths["text"].read_text(encoding="utf-8"))
             sys.stdout.write(
                 f"merged {len(folders)} shards into {args.run_dir}: {', '.join(sorted(paths))}\n"
             )

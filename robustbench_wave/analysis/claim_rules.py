@@ -17,7 +17,8 @@ A claims report must be citable, so every verdict here is one of three words, :d
 5. :func:`assignment_masking_claim` -- Token Pooling's discrete assignment as a place of gradient masking:
    exact vs straight-through (BPDA) gradients through the assignment alone on the same examples (the scoped
    mode ``bpda-assignment``, every other fixed front-end exact; or ``bpda`` where the assignment is the
-   model's only fixed front-end).
+   model's only fixed front-end), under the white-box gradient attacks alone (the verdict's masking rows),
+   the BPDA side trusted by the gradient checklist, Holm-adjusted across the models and threats.
 
 Every paired comparison pools training seeds with the image as the unit (:func:`metrics.paired_over_seeds`)
 and says "not supported" of a difference only by an equivalence test (TOST) within
@@ -48,6 +49,7 @@ from robustbench_wave.evaluation.metrics import (
     robust_flags,
     seed_spread,
 )
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.models.frontend import ASSIGNMENT, GradMode, ModeScope
 
 SUPPORTED = "supported"
@@ -399,14 +401,25 @@ def _halving_finding(halves: pd.DataFrame) -> Finding:
 VERDICT_MAP = {
     vd.ROBUST: SUPPORTED,
     vd.MASKING_BUT_ROBUST: SUPPORTED,
-    vd.MASKING: NOT_SUPPORTED,
+    vd.MASKING: NOT_SUPPORTED,  # masking, and the comparison rules an advantage out (equivalence or less)
+    vd.MASKING_INCONCLUSIVE: INCONCLUSIVE,  # masking, but the comparison decides nothing
     vd.NOT_ROBUST: NOT_SUPPORTED,
     vd.SMALL_DIFFERENCE: NOT_SUPPORTED,  # more robust by less than the minimum effect: no large effect
     vd.ROBUST_THESE_NETWORKS: INCONCLUSIVE,  # these networks, not confirmed across training seeds
     vd.INCONCLUSIVE: INCONCLUSIVE,
     vd.NO_BASELINE: INCONCLUSIVE,
-    vd.UNVERIFIED: INCONCLUSIVE,  # every mode failed a gradient check: no robustness can be claimed
+    vd.UNVERIFIED: INCONCLUSIVE,  # no trusted mode: upper bounds claim no robustness ...
+    vd.UNCHECKED: INCONCLUSIVE,  # ... nor do numbers no checklist judged
 }
+
+
+def claim3_verdict(category: str, details: Mapping[str, Any]) -> str:
+    """Claim 3's verdict from the verdict's category (:data:`VERDICT_MAP`); a candidate whose numbers are
+    upper bounds is "not supported" where even its upper bound shows no advantage over a verified baseline
+    (:data:`verdict.NO_ADVANTAGE`), never "supported"."""
+    if details.get("upper_bound") and details.get("outcome") == vd.NO_ADVANTAGE:
+        return NOT_SUPPORTED
+    return VERDICT_MAP[category]
 
 
 def claim3_models(models: Sequence[str], zoo: ClaimModels = ZOO) -> tuple[list[str], str | None]:
@@ -426,15 +439,15 @@ def robustness_claim(
     self_transfer: Collection[str] = (),
     zoo: ClaimModels = ZOO,
     reference: Mapping[str, float] | None = None,
-    unverified: vd.Marks | None = None,
+    trust: Trust | None = None,
 ) -> list[Finding]:
     """Claim 3 for one group of runs (one per training seed): :func:`verdict.judge` on the wavelet-family
     models and the patch baseline; one finding per (candidate, threat), its category mapped by
     :data:`VERDICT_MAP` (a masking but still more robust model supports the claim only partly: noted). The
     first finding carries the judgement, whose words the report shows beside it. ``reference``: the budgets the
-    runs' suite declares (:func:`metrics.declared_reference`; none: the middle of each grid). ``unverified``:
-    the runs' :func:`verdict.unverified_cells`, so a candidate whose every mode failed the checklist is judged
-    as the run's own verdict judges it (unverified: inconclusive), never as support for the claim."""
+    runs' suite declares (:func:`metrics.declared_reference`; none: the middle of each grid). ``trust``: the
+    runs' :class:`~robustbench_wave.evaluation.trust.Trust` (None: no checklist ran), so a candidate with no
+    trusted mode is judged as the run's own verdict judges it (upper bounds: never support for the claim)."""
     models = list(dict.fromkeys(m for r in runs for m in r["model"].unique()))
     cands, base = claim3_models(models, zoo)
     if not cands:
@@ -449,7 +462,7 @@ def robustness_claim(
         seeds=seeds,
         diagnostics_failures={m: f for m, f in (diagnostics_failures or {}).items() if m in keep},
         self_transfer=self_transfer,
-        unverified={k: v for k, v in (unverified or {}).items() if k[0] in keep},
+        trust=trust,
     )
     main = zoo.candidate if zoo.candidate in cands else cands[0]
     numbers, details = judgement.numbers, judgement.details
@@ -484,7 +497,7 @@ def _robustness_finding(
         reason += " (part of the blocked-gradient robustness is masking)"
     if det.get("seed_agreement"):
         reason += f"; decided on the seeds pooled by image, reached by {det['seed_agreement']} on their own"
-    return Finding(3, f"{scope} · {model} · {threat}", measured, VERDICT_MAP[category], reason, rows)
+    return Finding(3, f"{scope} · {model} · {threat}", measured, claim3_verdict(category, det), reason, rows)
 
 
 def margin_words(p: PairedComparison) -> str:
@@ -526,18 +539,18 @@ def attribution(
     threat: str,
     zoo: ClaimModels = ZOO,
     reference: Mapping[str, float] | None = None,
-    unverified: vd.Marks | None = None,
+    trust: Trust | None = None,
 ) -> Finding | None:
     """Where the wavelet model's gap to the patch baseline comes from, at ``threat``'s reference budget:
     each ablation step's paired worst-case difference (to minus from, seeds pooled with the image as the unit;
     seed spread of the per-seed differences), Holm-adjusted tests. The claim tested is the source paper's
     mechanism: the robustness comes from sparsification. By the verdict's rules: supported when that step's
     95% interval clears the minimum effect (Holm-adjusted) and, the claim being about an architecture, the
-    training seeds' t interval does too (:func:`verdict.architecture`; one seed is a claim about these networks
-    alone: inconclusive); not supported when it is significantly negative or within the minimum effect by TOST
-    (a small step included); inconclusive otherwise, when a model is under the clean floor, or when a model of
-    the step is *unverified* (``unverified``: every gradient mode it ran failed the checklist, so its numbers
-    are upper bounds)."""
+    training seeds confirm it (:func:`verdict.architecture`: two or more, each clearing it; one seed is a
+    claim about these networks alone: inconclusive); not supported when it is significantly negative or within
+    the minimum effect by TOST (a small step included); inconclusive otherwise, when a model is under the clean
+    floor, or when a model of the step is not verified (``trust``, the runs'
+    :class:`~robustbench_wave.evaluation.trust.Trust`: no trusted mode, so its numbers are upper bounds)."""
     models = set.intersection(*(set(r["model"]) for r in runs))
     steps = [s for s in (*zoo.chain, *zoo.extra) if s.start in models and s.end in models]
     eps = reference_eps(runs[0], threat, declared=reference)
@@ -555,10 +568,12 @@ def attribution(
         row["equivalent"] = bool(p < ALPHA)
     pooled = {r["step"]: r.pop("_pooled") for r in rows}
     seed_diffs = {r["step"]: r.pop("_seed_diffs") for r in rows}
+    seed_lows = {r["step"]: r.pop("_seed_lows") for r in rows}
     table = pd.DataFrame(rows)
     step_models = sorted({m for s in steps for m in (s.start, s.end)})
-    doubts = _inconclusive_models(runs, step_models, threat, eps, num_classes, unverified or {}, zoo)
-    verdict, reason = _attribution_verdict(table, seed_diffs.get(zoo.mechanism, []), doubts, zoo)
+    doubts = _inconclusive_models(runs, step_models, threat, eps, num_classes, trust or Trust(), zoo)
+    mechanism = (seed_diffs.get(zoo.mechanism, []), seed_lows.get(zoo.mechanism, []))
+    verdict, reason = _attribution_verdict(table, mechanism, doubts, zoo)
     if zoo.mechanism in pooled:
         reason += f" ({pooled[zoo.mechanism].unit})"
     sig = [r["step"] for r in rows if r["significant"]]
@@ -572,24 +587,27 @@ def _inconclusive_models(
     threat: str,
     eps: float,
     k: int,
-    unverified: vd.Marks,
+    trust: Trust,
     zoo: ClaimModels,
 ) -> str | None:
     """Why the mechanism step cannot be judged: a model of the chain under the clean floor, or a model of the
-    mechanism step unverified in every gradient mode it ran; None when neither."""
+    mechanism step with no trusted gradient mode (:meth:`Trust.standing`); None when neither."""
     low = _below_floor(runs, models, threat, eps, k)
     if low:
         return f"clean accuracy under the floor: {', '.join(low)}"
     step = zoo.mechanism_step()
     marked = []
     for model in (step.start, step.end):
-        modes = {str(m) for r in runs for m in r.loc[r["model"] == model, "grad_mode"].unique()}
-        if modes and all((model, mode) in unverified for mode in modes):
-            marked.append(model)
+        modes = list(
+            dict.fromkeys(str(m) for r in runs for m in r.loc[r["model"] == model, "grad_mode"].unique())
+        )
+        standing = trust.standing(model, modes)
+        if modes and not standing.trusted:
+            marked.append(f"{model} {standing.value}")
     if marked:
         return (
-            f"{', '.join(marked)} unverified (every gradient mode it ran failed the checklist): the "
-            f"{step.change} step compares upper bounds"
+            f"{', '.join(marked)} (no gradient mode it ran passed a gradient checklist): the {step.change} step "
+            "compares upper bounds"
         )
     return None
 
@@ -601,7 +619,8 @@ def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps
         for r in runs
     ]
     pooled = paired_over_seeds(pairs)
-    seed_diffs = [paired_over_seeds([p]).diff for p in pairs]
+    per_seed = [paired_over_seeds([p]) for p in pairs]
+    seed_diffs = [c.diff for c in per_seed]
     spread = seed_spread(seed_diffs)
     eq = pooled.equivalence(vd.EQUIVALENCE_MARGIN, ALPHA)
     return {
@@ -620,6 +639,7 @@ def _step_row(runs: Sequence[pd.DataFrame], step: AblationStep, threat: str, eps
         "p clears": pooled.one_sided_p(vd.EQUIVALENCE_MARGIN, lower=True),
         "p TOST": eq.p_value,
         "_seed_diffs": seed_diffs,
+        "_seed_lows": [c.ci_low for c in per_seed],
         "_pooled": pooled,
     }
 
@@ -634,8 +654,12 @@ def _below_floor(
 
 
 def _attribution_verdict(
-    table: pd.DataFrame, seed_diffs: Sequence[float], doubts: str | None, zoo: ClaimModels
+    table: pd.DataFrame,
+    mechanism: tuple[Sequence[float], Sequence[float]],
+    doubts: str | None,
+    zoo: ClaimModels,
 ) -> tuple[str, str]:
+    """The mechanism step's verdict; ``mechanism``: its per-seed differences and their 95% lower ends."""
     if doubts:
         return INCONCLUSIVE, doubts
     step = table[table["step"] == zoo.mechanism]
@@ -650,10 +674,15 @@ def _attribution_verdict(
     where = f"{zoo.mechanism} step {diff}, Holm p = {r['p (Holm)']:.2g}"
     margin = _margin()
     if r["clears"]:
-        arch = vd.architecture(seed_diffs, vd.VerdictSettings())
+        arch = vd.architecture(mechanism[0], vd.VerdictSettings(), mechanism[1])
         if arch["confirmed"]:
-            return SUPPORTED, f"{where}: clears the minimum effect, in every seed's t interval too"
-        seeds = "one training seed" if arch["n_seeds"] < 2 else "the seeds' t interval does not"
+            return SUPPORTED, f"{where}: clears the minimum effect, in every seed's own interval too"
+        seeds = (
+            f"{'one training seed is' if arch['n_seeds'] == 1 else str(arch['n_seeds']) + ' training seeds are'} "
+            f"fewer than the {arch['min_seeds']} it needs"
+            if arch["confirmed"] is None
+            else "not every seed's own interval does"
+        )
         return INCONCLUSIVE, (
             f"{where}: clears the minimum effect for these networks, but {seeds} (the claim is about an "
             "architecture): train more seeds"
@@ -784,13 +813,15 @@ def _pareto_verdict(pts: pd.DataFrame) -> tuple[str, str]:
 def mode_gap(
     rows: pd.DataFrame, threat: str, eps: float, a: str, b: str
 ) -> tuple[pd.Series, pd.Series] | None:
-    """One seed's per-example flags: robust under every attack in mode ``a`` and in mode ``b`` (same model,
-    same examples); None when a mode has no rows."""
-    fa = rows[rows["grad_mode"] == a]
-    fb = rows[rows["grad_mode"] == b]
-    if fa.empty or fb.empty:
+    """One seed's per-example flags of one model: robust under its white-box gradient attacks in mode ``a``
+    and under those in mode ``b`` (same examples): the rows the verdict's masking pair reads
+    (:func:`verdict.white_box_flags`). Square, transfer, noise, low-frequency and escalation rows are left
+    out: recorded under every gradient mode alike, they would floor both modes at their own number and hide
+    the gap between the two gradients. None when a mode has no white-box rows at ``threat``."""
+    fa, fb = (vd.white_box_flags(rows, mode, threat, eps) for mode in (a, b))
+    if fa is None or fb is None:
         return None
-    return robust_flags(fa, threat, eps), robust_flags(fb, threat, eps)
+    return fa, fb
 
 
 #: The records' name of BPDA through Token Pooling's cluster assignment alone (every other front-end exact).
@@ -816,6 +847,23 @@ def assignment_mode(
     )
 
 
+#: Claim 5's three tests of exact − BPDA, each Holm-adjusted across the findings of one call (:func:`holm`):
+#: the gap clears the minimum effect (one-sided, H0: gap <= margin), exact differs from BPDA (two-sided: the
+#: "exact is below" test), the gap is within ±margin (TOST). Table columns; "<name> (Holm)" beside each.
+MASKING_TESTS = ("p", "p clears", "p TOST")
+
+
+@dataclass
+class _MaskingTest:
+    """One claim-5 finding before its verdict: the judged comparison, and what leaves it undecided."""
+
+    finding: Finding
+    p: PairedComparison
+    side: str  # the BPDA side's gradient mode
+    undecided: str  # why no test can decide it ("" when one can)
+    exact_doubt: str  # why the exact side is not trusted ("" when it is)
+
+
 def assignment_masking_claim(
     runs: Sequence[pd.DataFrame],
     *,
@@ -827,31 +875,57 @@ def assignment_masking_claim(
     num_classes: int | None = None,
     zoo: ClaimModels = ZOO,
     reference: Mapping[str, float] | None = None,
+    trust: Trust | None = None,
 ) -> list[Finding]:
     """Claim 5 per Token Pooling model and threat: exact minus BPDA-through-the-assignment robust accuracy at
-    the reference budget (seeds pooled with the image as the unit). Masking at the assignment, by the
-    verdict's rule for masking: the gap's 95% interval clears the minimum effect (supported); not supported
-    when exact is significantly below BPDA or the gap is within :data:`verdict.EQUIVALENCE_MARGIN` by TOST (a
-    significant gap inside the margin included); else inconclusive.
+    the reference budget under the white-box gradient attacks alone (:func:`mode_gap`: the rows of the
+    verdict's masking pair; gradient-free, transfer, noise and escalation rows are the same under every mode
+    and say nothing about the gradient), seeds pooled with the image as the unit. Masking at the assignment,
+    by the verdict's rule for masking: the gap's 95% interval clears the minimum effect (supported); not
+    supported when exact is significantly below BPDA or the gap is within :data:`verdict.EQUIVALENCE_MARGIN`
+    by TOST (a significant gap inside the margin included); else inconclusive. Each of the three tests
+    (:data:`MASKING_TESTS`) is Holm-adjusted across every finding of the call (each model × threat with a
+    comparison, those left undecided below included), and the verdicts are decided on the adjusted p-values;
+    the table shows the raw and the Holm p beside each other.
 
     The BPDA side is the mode of :func:`assignment_mode`: ``bpda-assignment`` (the assignment alone, any
     model), or ``bpda`` on a model whose only fixed front-end is Token Pooling (``assignment_only``); a model
     with neither (e.g. ``wavelet-tokenpool`` attacked without ``bpda-assignment``) is inconclusive, with the
-    reason. The accuracy floor (``num_classes`` given): a model whose clean accuracy is under
+    reason. A masking claim needs the BPDA side to be a real attack: where ``trust`` (the runs'
+    :class:`~robustbench_wave.evaluation.trust.Trust`; None: no checklist ran) does not trust that (model,
+    mode) -- a failed gradient-masking check, a gradient the scan found lost, or no checklist that judged it
+    -- the finding is inconclusive with :meth:`Trust.why`'s reason. The exact side failing its checks does
+    not block a verdict (where the assignment masks the exact gradient it is expected to); the reason says so.
+    The accuracy floor (``num_classes`` given): a model whose clean accuracy is under
     :func:`verdict.clean_floor` is inconclusive -- with little clean accuracy there is little robustness for
     either gradient to reveal or hide, so "no gap" would say nothing.
     Token Pooling models: those named in ``pooled`` (their specs have a ``[tokenpool]`` table) and any
     model whose name holds :attr:`ClaimModels.pooled_marker`."""
     models = sorted({m for r in runs for m in r["model"].unique() if zoo.pooled_marker in m or m in pooled})
-    out = []
+    trust = trust if trust is not None else Trust()
+    tests = []
     for model, threat in [(m, t) for m in models for t in threats]:
         rows = [r[r["model"] == model] for r in runs]
-        found = _masking_finding(rows, model, threat, assignment_only, num_classes, reference)
-        if found is not None:
-            found.scope = f"{scope} · {model} · {found.scope}"
-            found.notes = _masking_notes(model, diagnostics_failures)
-            out.append(found)
-    return out
+        test = _masking_finding(rows, model, threat, assignment_only, num_classes, reference, trust)
+        if test is not None:
+            test.finding.scope = f"{scope} · {model} · {test.finding.scope}"
+            test.finding.notes = _masking_notes(model, diagnostics_failures)
+            tests.append(test)
+    raw = [_masking_p(t.p) for t in tests]
+    adjusted = {name: holm([r[name] for r in raw]) for name in MASKING_TESTS}
+    for i, t in enumerate(tests):
+        ps = {name: (raw[i][name], adjusted[name][i]) for name in MASKING_TESTS}
+        t.finding.table = _with_holm(t.finding.table, ps)
+        if t.undecided:
+            t.finding.verdict, t.finding.reason = INCONCLUSIVE, t.undecided
+            continue
+        t.finding.verdict, t.finding.reason = _masking_verdict(t.p, t.side, ps, len(tests))
+        if t.exact_doubt:
+            t.finding.reason += (
+                f" (exact gradients are not trusted: {t.exact_doubt}; where the assignment masks the exact "
+                f"gradient that is expected, and the verdict rests on the trusted {t.side} side)"
+            )
+    return [t.finding for t in tests]
 
 
 def _masking_finding(
@@ -860,9 +934,11 @@ def _masking_finding(
     threat: str,
     assignment_only: Collection[str] | None,
     num_classes: int | None,
-    reference: Mapping[str, float] | None = None,
-) -> Finding | None:
-    """Claim 5 on one model and threat (None: a mode has no rows at the reference budget)."""
+    reference: Mapping[str, float] | None,
+    trust: Trust,
+) -> _MaskingTest | None:
+    """Claim 5 on one model and threat before the Holm adjustment (None: a mode has no white-box rows at the
+    reference budget)."""
     eps = reference_eps(rows[0], threat, declared=reference)
     mode, why_not = assignment_mode(model, rows, assignment_only)
     side = mode or GradMode.BPDA.value  # unjudged: still show exact − bpda (every front-end)
@@ -875,9 +951,25 @@ def _masking_finding(
     measured = (
         f"exact − {label} {_pts(p.diff)} {fmt.interval(p.ci_low, p.ci_high)}, p = {p.p_value:.2g} ({p.unit})"
     )
-    why_not = why_not or _below_floor_reason(rows, num_classes)
-    verdict = (INCONCLUSIVE, why_not) if why_not else _masking_verdict(p, side)
-    return Finding(5, f"{threat} ε = {eps:.4g}", measured, *verdict, table)
+    exact_doubt = trust.why(model, [GradMode.EXACT.value]).get(GradMode.EXACT.value, "")
+    undecided = [why_not] if why_not else [_untrusted_bpda(model, side, trust, exact_doubt)]
+    undecided.append(_below_floor_reason(rows, num_classes))
+    found = Finding(5, f"{threat} ε = {eps:.4g}", measured, INCONCLUSIVE, "", table)
+    return _MaskingTest(found, p, side, "; ".join(u for u in undecided if u), exact_doubt)
+
+
+def _untrusted_bpda(model: str, side: str, trust: Trust, exact_doubt: str) -> str:
+    """Why the BPDA side leaves the finding undecided ("" when it is trusted: judged by a checklist and
+    passed, no lost gradient)."""
+    why = trust.why(model, [side]).get(side)
+    if why is None:
+        return ""
+    either = f"; exact gradients are not trusted either ({exact_doubt})" if exact_doubt else ""
+    return (
+        f"exact vs {side} is not judged: {side} is not a trusted attack on {model} ({why}), and a masking claim "
+        f"needs the BPDA side to be a real attack: neither a gap nor its absence then says anything about the "
+        f"assignment{either}"
+    )
 
 
 def _masking_notes(model: str, failures: Mapping[str, Mapping[str, Sequence[str]]] | None) -> list[str]:
@@ -902,6 +994,16 @@ def _below_floor_reason(rows: Sequence[pd.DataFrame], num_classes: int | None) -
     return ""
 
 
+def _masking_p(p: PairedComparison) -> dict[str, float]:
+    """The raw p-values of :data:`MASKING_TESTS` (NaN read as 1: no evidence)."""
+    values = {
+        "p": p.p_value,
+        "p clears": p.one_sided_p(vd.EQUIVALENCE_MARGIN, lower=True),
+        "p TOST": p.equivalence(vd.EQUIVALENCE_MARGIN, ALPHA).p_value,
+    }
+    return {k: 1.0 if math.isnan(v) else float(v) for k, v in values.items()}
+
+
 def _comparison_row(name: str, p: PairedComparison) -> dict[str, Any]:
     return {
         "comparison": name,
@@ -912,16 +1014,25 @@ def _comparison_row(name: str, p: PairedComparison) -> dict[str, Any]:
         "diff": p.diff,
         "ci_low": p.ci_low,
         "ci_high": p.ci_high,
-        "p": p.p_value,
-        "p TOST": p.equivalence(vd.EQUIVALENCE_MARGIN, ALPHA).p_value,
+        **_masking_p(p),
     }
+
+
+def _with_holm(table: pd.DataFrame, ps: Mapping[str, tuple[float, float]]) -> pd.DataFrame:
+    """The table with each test's Holm p beside its raw p, on the judged comparison's row (the first; the
+    other rows are shown, not judged)."""
+    table = table.copy()
+    for name, (_, adj) in ps.items():
+        table[f"{name} (Holm)"] = [adj if i == 0 else math.nan for i in range(len(table))]
+    first = [c for c in table.columns if c not in ps and not str(c).endswith(" (Holm)")]
+    return table[first + [c for name in MASKING_TESTS for c in (name, f"{name} (Holm)")]]
 
 
 def _mode_table(
     rows: Sequence[pd.DataFrame], threat: str, eps: float, side: str, p: PairedComparison
 ) -> pd.DataFrame:
     """The judged comparison first, then the other recorded ones (exact − bpda when bpda-assignment is
-    judged, blocked − exact), each pooled over the seeds that have it."""
+    judged, blocked − exact), each pooled over the seeds that have it, all on white-box rows alone."""
     out = [_comparison_row(f"exact − {side}", p)]
     others = [(GradMode.EXACT.value, GradMode.BPDA.value), (GradMode.BLOCKED.value, GradMode.EXACT.value)]
     for a, b in others:
@@ -931,22 +1042,44 @@ def _mode_table(
     return pd.DataFrame(out)
 
 
-def _masking_verdict(p: PairedComparison, side: str) -> tuple[str, str]:
+def _masking_verdict(
+    p: PairedComparison, side: str, ps: Mapping[str, tuple[float, float]], family: int
+) -> tuple[str, str]:
+    """The verdict on the Holm-adjusted p-values ``ps`` (test -> (raw, Holm) over ``family`` findings)."""
     test = "exact McNemar" if p.n_seeds == 1 else "exact sign-flip test over images"
+    holm_over = f"Holm over {family} finding{'s' if family != 1 else ''}"
+    (p_raw, p_adj), (clears_raw, clears_adj) = ps["p"], ps["p clears"]
     words = (
-        f"exact vs {side}: {test} p = {p.p_value:.2g} on {p.only_a} + {p.only_b} discordant of {p.n_pairs} "
-        f"pairs ({p.unit})"
+        f"exact vs {side}: {test} p = {p_raw:.2g} ({holm_over}: {p_adj:.2g}) on {p.only_a} + {p.only_b} "
+        f"discordant of {p.n_pairs} pairs ({p.unit})"
     )
-    if p.diff > 0 and p.one_sided_p(vd.EQUIVALENCE_MARGIN, lower=True) < ALPHA / 2:
-        return (
-            SUPPORTED,
-            f"{words}: BPDA breaks what exact gradients cannot, the gap's 95% interval clearing {_margin().lstrip('±')}",
+    margin = _margin().lstrip("±")
+    if p.diff > 0 and clears_adj < ALPHA / 2:
+        return SUPPORTED, (
+            f"{words}: BPDA breaks what exact gradients cannot, the gap's 95% interval clearing {margin} "
+            f"(one-sided p = {clears_raw:.2g}, Holm {clears_adj:.2g})"
         )
-    if p.p_value < ALPHA and p.diff < 0:
+    if p_adj < ALPHA and p.diff < 0:
         return NOT_SUPPORTED, words + ": BPDA is weaker than exact gradients"
-    if equivalent(p):
-        return NOT_SUPPORTED, f"{words}: no gap beyond the minimum effect, {margin_words(p)}"
+    tost = _tost_words(p, *ps["p TOST"])
+    if ps["p TOST"][1] < ALPHA:
+        return NOT_SUPPORTED, f"{words}: no gap beyond the minimum effect, {tost}"
+    cleared = (
+        f" (the gap clears {margin} at one-sided p = {clears_raw:.2g}, not after Holm: {clears_adj:.2g})"
+        if p.diff > 0 and clears_raw < ALPHA / 2
+        else ""
+    )
+    return INCONCLUSIVE, (
+        f"{words}: a gap neither clearing nor shown within the minimum effect{cleared}, {tost}: attack more "
+        "examples"
+    )
+
+
+def _tost_words(p: PairedComparison, raw: float, adjusted: float) -> str:
+    """The equivalence test beside a claim-5 verdict: its margin, interval, raw and Holm p."""
+    eq = p.equivalence(vd.EQUIVALENCE_MARGIN, ALPHA)
+    within = "within" if adjusted < ALPHA else "not shown within"
     return (
-        INCONCLUSIVE,
-        f"{words}: a gap neither clearing nor shown within the minimum effect, {margin_words(p)}: attack more examples",
+        f"{within} {_margin()} by two one-sided tests ({100 * (1 - 2 * ALPHA):.0f}% interval "
+        f"{fmt.interval(eq.ci_low, eq.ci_high)}, TOST p = {raw:.2g}, Holm {adjusted:.2g})"
     )

@@ -38,10 +38,9 @@ import pandas as pd
 
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.attacks import AttackKind, Threat, Trait, families_with
-from robustbench_wave.evaluation.escalation import path_reason
-from robustbench_wave.evaluation.meta_sections import ModelsMeta
 from robustbench_wave.evaluation.metrics import (
     PairedComparison,
+    check_on_grid,
     clean_correct,
     holm_adjusted,
     paired_over_seeds,
@@ -53,6 +52,7 @@ from robustbench_wave.evaluation.metrics import (
     shared_status,
     threat_eps,
 )
+from robustbench_wave.evaluation.trust import Standing, Trust
 from robustbench_wave.models.frontend import GradMode
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,17 @@ SMALL_DIFFERENCE = "small difference"
 ROBUST_THESE_NETWORKS = "more robust for these networks, not confirmed across training seeds"
 NO_BASELINE = "no baseline"
 INCONCLUSIVE = "inconclusive"
+MASKING_INCONCLUSIVE = "gradient masking, comparison with the baseline inconclusive"
 UNVERIFIED = "unverified (gradient checks failed)"
-ALL_MODES = "all"  # key of mode-free checks in ``diagnostics_failures``
+UNCHECKED = "unchecked (no gradient checklist ran)"
+#: The categories of a candidate whose numbers are upper bounds (:class:`~robustbench_wave.evaluation.trust.
+#: Standing`): they state only what an upper bound can say, never robustness.
+UPPER_BOUND_CATEGORIES = {Standing.UNVERIFIED: UNVERIFIED, Standing.UNCHECKED: UNCHECKED}
+
+MIN_ARCHITECTURE_SEEDS = 2
+"""Training seeds a claim about the architecture needs (:func:`architecture`): with one, any advantage is a
+finding about these networks only; each seed must also clear the minimum effect on its own, so a verdict
+never weakens when a seed that clears it is added."""
 
 CLEAN_FLOOR_SHARE = 1 / 3
 """A model is worth attacking only if its clean accuracy covers at least this share of the way from chance
@@ -105,6 +114,12 @@ NO_DIFFERENCE = "no more robust"
 LESS = "less robust"
 UNDECIDED = "undecided"
 ADVANTAGE = (MORE, MORE_NETWORKS)
+#: Outcomes an upper bound can support (a candidate that is not verified): no advantage, when even its upper
+#: bound is within the minimum effect of (or below) a verified baseline; else nothing.
+NO_ADVANTAGE = "no advantage (even the upper bound is within the minimum effect of the baseline, or below it)"
+BOUND_UNDECIDED = "undecided (an upper bound above the baseline establishes no advantage)"
+#: Outcomes that rule an advantage out; with a verified baseline they stand on a candidate's upper bound.
+RULES_OUT = (SMALL, NO_DIFFERENCE, LESS)
 
 #: The Holm families (:func:`holm_families`): each kind of claim is one family over every candidate, threat
 #: and budget the verdict states.
@@ -323,7 +338,10 @@ def claim_numbers(
 ) -> pd.DataFrame:
     """One row per model at (threat, eps; default the grid's reference budget): clean accuracy, white-box
     robust accuracy per gradient mode, gradient-free, transfer, low-frequency and noise accuracy, and the
-    per-example worst case over all of them."""
+    per-example worst case over all of them. A budget the records did not attack is refused (ValueError
+    naming the grid), never answered with the clean accuracy."""
+    if eps is not None and not records[records["threat"] == threat].empty:
+        eps = check_on_grid(records, threat, eps)
     eps = reference_eps(records, threat) if eps is None else eps
     if eps is None:
         return pd.DataFrame(columns=list(_COLUMNS))
@@ -343,18 +361,35 @@ def worst_case_pair(records: pd.DataFrame, cand: str, base: str, threat: str, ep
     return a, b
 
 
-def masking_pair(records: pd.DataFrame, cand: str, threat: str, eps: float) -> FlagPair | None:
-    """One seed's candidate per-example robustness under blocked white-box attacks (the ``wb_blocked``
-    column of :func:`claim_numbers`) and under the worst case over everything: their paired difference is
-    the masking gap. None without blocked white-box rows."""
-    rows = records[records["model"] == cand]
+def white_box_rows(rows: pd.DataFrame, mode: GradMode | str | None = None) -> pd.DataFrame:
+    """The white-box gradient attacks' rows (kind white-box, no low-frequency family: the ``wb_*`` columns of
+    :func:`claim_numbers`), of gradient ``mode`` only when given. Gradient-free, transfer, noise and
+    low-frequency rows are not among them (nor the escalation's, which are gradient-free and transfer): they
+    are recorded under every gradient mode alike and would floor each mode's number at their own."""
     lowfreq = rows["family"].isin(families_with(Trait.LOW_FREQUENCY))
     white = (rows["kind"] == AttackKind.WHITE_BOX.value) & ~lowfreq
-    blocked = rows[white & (rows["grad_mode"] == GradMode.BLOCKED.value)]
-    if blocked.empty or blocked[blocked["threat"] == threat].empty:
+    if mode is not None:
+        white &= rows["grad_mode"] == (mode.value if isinstance(mode, GradMode) else str(mode))
+    return rows[white]
+
+
+def white_box_flags(rows: pd.DataFrame, mode: GradMode | str, threat: str, eps: float) -> pd.Series | None:
+    """One model's per-example robustness under its white-box gradient attacks in ``mode`` alone (its clean
+    rows, one per example, and :func:`white_box_rows`); None without such rows at ``threat``."""
+    white = white_box_rows(rows, mode)
+    if white[white["threat"] == threat].empty:
         return None
     clean = rows[rows["kind"] == AttackKind.CLEAN.value].drop_duplicates("example_id")
-    return robust_flags(pd.concat([clean, blocked]), threat, eps), robust_flags(rows, threat, eps)
+    return robust_flags(pd.concat([clean, white]), threat, eps)
+
+
+def masking_pair(records: pd.DataFrame, cand: str, threat: str, eps: float) -> FlagPair | None:
+    """One seed's candidate per-example robustness under blocked white-box attacks (the ``wb_blocked``
+    column of :func:`claim_numbers`, :func:`white_box_flags`) and under the worst case over everything: their
+    paired difference is the masking gap. None without blocked white-box rows."""
+    rows = records[records["model"] == cand]
+    blocked = white_box_flags(rows, GradMode.BLOCKED, threat, eps)
+    return None if blocked is None else (blocked, robust_flags(rows, threat, eps))
 
 
 def paired_worst_case(
@@ -446,20 +481,27 @@ def _rejects(p: Mapping[str, float], test: str, settings: VerdictSettings) -> bo
     return not math.isnan(value) and value < level
 
 
-def architecture(seed_diffs: Sequence[float], settings: VerdictSettings) -> dict[str, Any]:
-    """The claim about the architecture, the training seed as the unit: the t interval of the per-seed
-    paired differences (:func:`metrics.seed_interval`) must clear the minimum effect. ``confirmed`` is
-    None with one seed (a claim about these networks only)."""
+def architecture(
+    seed_diffs: Sequence[float], settings: VerdictSettings, seed_lows: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """The claim about the architecture, the training seed as the unit: it needs
+    :data:`MIN_ARCHITECTURE_SEEDS` seeds, each of whose own paired 95% interval (lower ends ``seed_lows``)
+    clears the minimum effect -- a rule no seed that clears the effect can weaken. ``confirmed`` is None with
+    fewer seeds (a finding about these networks only); the seeds' t interval
+    (:func:`metrics.seed_interval`) is reported beside it."""
     iv = seed_interval(seed_diffs, 1 - settings.alpha)
     out: dict[str, Any] = {"n_seeds": iv.n_seeds, "diffs": [float(d) for d in seed_diffs]}
-    if iv.n_seeds < 2:
-        return out | {"confirmed": None}
+    if iv.n_seeds < MIN_ARCHITECTURE_SEEDS:
+        return out | {"confirmed": None, "min_seeds": MIN_ARCHITECTURE_SEEDS}
+    lows = [float(v) for v in (seed_lows if seed_lows is not None else seed_diffs)]
     return out | {
         "mean": iv.mean,
         "sd": iv.sd,
         "ci": [iv.ci_low, iv.ci_high],
         "level": iv.level,
-        "confirmed": bool(iv.ci_low > settings.minimum_effect),
+        "seed_ci_low": lows,
+        "min_seeds": MIN_ARCHITECTURE_SEEDS,
+        "confirmed": bool(min(lows) > settings.minimum_effect),
     }
 
 
@@ -468,16 +510,17 @@ def comparison_outcome(
     p: Mapping[str, float],
     settings: VerdictSettings,
     seed_diffs: Sequence[float] = (),
+    seed_lows: Sequence[float] | None = None,
 ) -> str:
-    """:data:`MORE` when the 95% interval clears the minimum effect (with two or more seeds also across
-    seeds, :func:`architecture`; else :data:`MORE_NETWORKS`), :data:`LESS` when it clears it the other way,
+    """:data:`MORE` when the 95% interval clears the minimum effect and the architecture claim is confirmed
+    (:func:`architecture`: at least two seeds, each clearing it; else :data:`MORE_NETWORKS`, one seed
+    included), :data:`LESS` when it clears it the other way,
     :data:`SMALL` when the TOST places the difference inside ±minimum effect and the exact test puts it
     above zero, :data:`NO_DIFFERENCE` when inside without that, else :data:`UNDECIDED`. ``p`` are the
     (Holm-adjusted) p-values of :func:`p_values`."""
     if _rejects(p, "more", settings):
-        if len(seed_diffs) >= 2 and not architecture(seed_diffs, settings)["confirmed"]:
-            return MORE_NETWORKS
-        return MORE
+        confirmed = architecture(seed_diffs or [paired.diff], settings, seed_lows)["confirmed"]
+        return MORE if confirmed else MORE_NETWORKS
     if _rejects(p, "less", settings):
         return LESS
     if _rejects(p, "equivalent", settings):
@@ -532,6 +575,9 @@ def categorize(
     masking: PairedComparison | None = None,
     adjusted: Mapping[str, float] | None = None,
     seed_diffs: Sequence[float] = (),
+    seed_lows: Sequence[float] | None = None,
+    standing: Standing = Standing.VERIFIED,
+    base_standing: Standing = Standing.VERIFIED,
 ) -> dict[str, Any]:
     """The category of one candidate (a dict row of :func:`claim_numbers`) against one baseline row.
 
@@ -543,7 +589,14 @@ def categorize(
     differences the architecture claim rests on. :data:`INCONCLUSIVE` (with ``inconclusive_reason``) when
     either model's clean accuracy is under :func:`clean_floor`, when there is no paired comparison, or when
     an unmasked candidate's comparison is undecided. Masking is a finding about the candidate alone and
-    stands; the comparison's outcome is then noted as ``comparison``.
+    stands; the comparison's outcome is then noted as ``comparison``, and decides what the claim may say:
+    :data:`MASKING` ("not supported") only where the comparison rules an advantage out (equivalence, or
+    significantly less), :data:`MASKING_BUT_ROBUST` where it is confirmed, else :data:`MASKING_INCONCLUSIVE`.
+
+    ``standing`` / ``base_standing`` (:meth:`Trust.standing <robustbench_wave.evaluation.trust.Trust.standing>`):
+    a candidate that is not verified gets its :data:`UPPER_BOUND_CATEGORIES` category and an outcome an upper
+    bound can support (:func:`bounded_outcome`); a baseline that is not verified leaves only an advantage
+    standing (its number overstates it, so an advantage over it is a lower bound, and nothing else is).
     """
     p = dict(adjusted) if adjusted is not None else p_values(paired, masking, settings)
     worst = as_float(cand["worst_case"])
@@ -555,19 +608,37 @@ def categorize(
     if masking is not None:
         out["gap_ci"] = [masking.ci_low, masking.ci_high]
     reasons = _inconclusive_reasons(cand, base, paired, chance, settings)
+    if not standing.trusted:
+        out["category"] = UPPER_BOUND_CATEGORIES[standing]
+        out["upper_bound"] = True
     if reasons:
-        out.update(category=INCONCLUSIVE, inconclusive_reason="; ".join(reasons))
+        out.setdefault("category", INCONCLUSIVE)
+        out["inconclusive_reason"] = "; ".join(reasons)
         return out
     if base is None or paired is None:  # (a baseline without a paired comparison is a reason above)
         at_chance = worst <= chance + settings.chance_margin
-        out["category"] = MASKING if shown else (NOT_ROBUST if at_chance else NO_BASELINE)
+        out.setdefault("category", MASKING if shown else (NOT_ROBUST if at_chance else NO_BASELINE))
         return out
     _record_comparison(out, paired, p, settings)
-    outcome = comparison_outcome(paired, p, settings, seed_diffs)
+    outcome = comparison_outcome(paired, p, settings, seed_diffs, seed_lows)
+    if not standing.trusted:
+        bounded = bounded_outcome(outcome, base_standing)
+        out.update(outcome=bounded, comparison=bounded, above_baseline=None)
+        out["below_baseline"] = out["below_baseline"] if base_standing.trusted else None
+        return out
+    if not base_standing.trusted and outcome not in ADVANTAGE:
+        out.update(outcome=UNDECIDED, comparison=UNDECIDED, above_baseline=None, below_baseline=None)
+        out["architecture"] = architecture(seed_diffs or [paired.diff], settings, seed_lows)
+        out.update(
+            category=MASKING_INCONCLUSIVE if shown else INCONCLUSIVE,
+            inconclusive_reason=f"the baseline {base['model']} is {base_standing.value}: its number is an upper "
+            "bound, so only an advantage over it can be shown",
+        )
+        return out
     out["outcome"] = outcome
-    out["architecture"] = architecture(seed_diffs or [paired.diff], settings)
+    out["architecture"] = architecture(seed_diffs or [paired.diff], settings, seed_lows)
     if shown:
-        out["category"] = MASKING_BUT_ROBUST if outcome == MORE else MASKING
+        out["category"] = MASKING_CATEGORY.get(outcome, MASKING_INCONCLUSIVE)
         out["comparison"] = outcome
     elif outcome in OUTCOME_CATEGORY:
         out["category"] = OUTCOME_CATEGORY[outcome]
@@ -577,6 +648,17 @@ def categorize(
         )
     return out
 
+
+def bounded_outcome(outcome: str, base_standing: Standing) -> str:
+    """What a comparison says when the candidate's number is an upper bound: :data:`NO_ADVANTAGE` where it
+    rules an advantage out (:data:`RULES_OUT`) against a verified baseline, else :data:`BOUND_UNDECIDED`
+    (an upper bound above the baseline shows nothing; against an upper-bound baseline nothing is shown)."""
+    return NO_ADVANTAGE if outcome in RULES_OUT and base_standing.trusted else BOUND_UNDECIDED
+
+
+#: A masking candidate's category by its comparison's outcome (the others: :data:`MASKING_INCONCLUSIVE`):
+#: "not supported" only where the comparison rules an advantage out, never by masking alone.
+MASKING_CATEGORY = {MORE: MASKING_BUT_ROBUST, SMALL: MASKING, NO_DIFFERENCE: MASKING, LESS: MASKING}
 
 #: The category of an unmasked candidate whose comparison decided (an undecided one is inconclusive).
 OUTCOME_CATEGORY = {
@@ -625,9 +707,11 @@ def _seed_categories(
     base: str | None,
     chance: float,
     settings: VerdictSettings,
+    standings: tuple[Standing, Standing] = (Standing.VERIFIED, Standing.VERIFIED),
 ) -> list[str]:
     """Each seed's category on its own (that seed's numbers and its own paired comparisons, a family of
-    one), for the seeds that have the candidate (and the baseline)."""
+    one), for the seeds that have the candidate (and the baseline); ``standings``: the candidate's and the
+    baseline's (:meth:`Trust.standing <robustbench_wave.evaluation.trust.Trust.standing>`)."""
     cats = []
     for p, paired, mask in per_seed:
         c_row = p[p["model"] == cand]
@@ -642,6 +726,8 @@ def _seed_categories(
             settings=settings,
             paired=pooled([paired]),
             masking=pooled([mask]) if mask is not None else None,
+            standing=standings[0],
+            base_standing=standings[1],
         )
         cats.append(str(cat["category"]))
     return cats
@@ -667,11 +753,21 @@ class _Unit:
     facts: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def seed_diffs(self) -> list[float]:
-        """Each seed's own paired difference (with two or more seeds)."""
+    def seed_comparisons(self) -> list[PairedComparison]:
+        """Each seed's own paired comparison (with two or more seeds)."""
         if len(self.pairs) < 2:
             return []
-        return [c.diff for c in (pooled([p]) for p in self.pairs) if c is not None]
+        return [c for c in (pooled([p]) for p in self.pairs) if c is not None]
+
+    @property
+    def seed_diffs(self) -> list[float]:
+        """Each seed's own paired difference (with two or more seeds)."""
+        return [c.diff for c in self.seed_comparisons]
+
+    @property
+    def seed_lows(self) -> list[float]:
+        """The lower end of each seed's own 95% interval (with two or more seeds)."""
+        return [c.ci_low for c in self.seed_comparisons]
 
 
 @dataclass
@@ -731,6 +827,8 @@ def _judge_threat(
 ) -> _ThreatJudgement | None:
     """Numbers, flag pairs and raw p-values of every candidate at every budget of one threat's grid, the
     reference budget marked (None: not evaluated); categorized after the Holm adjustment (:func:`judge`)."""
+    if eps is not None and not runs[0][runs[0]["threat"] == threat].empty:
+        eps = check_on_grid(runs[0], threat, eps)  # refused, never replaced
     eps = eps or reference_eps(runs[0], threat)
     if eps is None:
         return None
@@ -768,15 +866,29 @@ def holm_families(units: Sequence[_Unit]) -> int:
     return sum(u.paired is not None for u in units)
 
 
+def _standings(pend: _Pending, trust: Trust) -> tuple[Standing, Standing]:
+    """The candidate's and the baseline's standing over the modes they were attacked under."""
+    ref = pend.units[pend.ref]
+    cand = trust.standing(pend.name, _modes(ref.cand))
+    base = trust.standing(str(ref.base["model"]), _modes(ref.base)) if ref.base else Standing.VERIFIED
+    return cand, base
+
+
+def _modes(row: Mapping[str, Any]) -> list[str]:
+    """The gradient modes of a :func:`claim_numbers` row."""
+    return [m for m in str(row.get("modes") or "").split(",") if m]
+
+
 def _finish(
     pend: _Pending,
     chance: float,
     settings: VerdictSettings,
     family: int,
     self_transfer: Collection[str],
-    marks: Marks,
+    trust: Trust,
 ) -> CandidateJudgement:
     """The candidate's categories at every budget (adjusted p-values), its grid and its facts."""
+    standings = _standings(pend, trust)
     for u in pend.units:
         u.facts = categorize(
             u.cand,
@@ -787,6 +899,9 @@ def _finish(
             masking=u.masking,
             adjusted=u.adjusted,
             seed_diffs=u.seed_diffs,
+            seed_lows=u.seed_lows,
+            standing=standings[0],
+            base_standing=standings[1],
         )
     ref = pend.units[pend.ref]
     facts = dict(ref.facts)
@@ -797,10 +912,12 @@ def _finish(
         ref.base["model"] if ref.base else None,
         chance,
         settings,
+        standings,
     )
     if len(seed_cats) >= 2:
         facts["seed_categories"] = seed_cats
-        facts["seed_agreement"] = f"{sum(c == facts['category'] for c in seed_cats)}/{len(seed_cats)} seeds"
+        agree = sum(_agrees(c, str(facts["category"])) for c in seed_cats)
+        facts["seed_agreement"] = f"{agree}/{len(seed_cats)} seeds"
         diffs = seed_spread(ref.seed_diffs)
         if diffs.n_seeds > 1:
             facts["seed_diff_mean"], facts["seed_diff_sd"] = diffs.mean, diffs.sd
@@ -810,7 +927,9 @@ def _finish(
         facts["advantage_eps"] = grid.advantage_eps
         facts["grid_outcomes"] = {f"{e:.4g}": o for e, o in zip(grid.eps, grid.outcomes)}
     facts["self_transfer"] = pend.name in self_transfer  # its transfer rows are white-box restarts
-    facts |= _unverified_facts(pend.name, str(ref.cand.get("modes") or ""), marks)
+    why = trust.why(pend.name, _modes(ref.cand))
+    if why:
+        facts["unverified_modes"] = why  # mode -> why it is no measure of robustness
     return CandidateJudgement(
         f"{pend.name}@{pend.threat}",
         ref.cand,
@@ -820,6 +939,15 @@ def _finish(
         len(pend.seeded),
         grid,
     )
+
+
+#: What one seed can say at most of a pooled category that needs several (:data:`MIN_ARCHITECTURE_SEEDS`).
+_ONE_SEED = {ROBUST: ROBUST_THESE_NETWORKS, MASKING_BUT_ROBUST: MASKING_INCONCLUSIVE}
+
+
+def _agrees(seed_category: str, pooled: str) -> bool:
+    """Whether one seed's own category agrees with the pooled one (as far as one seed can say it)."""
+    return seed_category in (pooled, _ONE_SEED.get(pooled))
 
 
 def _grid(pend: _Pending) -> GridNumbers:
@@ -841,20 +969,6 @@ def _grid(pend: _Pending) -> GridNumbers:
     )
 
 
-def _unverified_facts(model: str, modes: str, marks: Marks) -> dict[str, Any]:
-    """``unverified_modes`` (mode -> why) of a candidate with marked modes; when every mode it was attacked
-    under is marked, its category becomes :data:`UNVERIFIED` (the number is no robustness, whatever the
-    comparison said: an upper bound from attacks that could not use the gradient)."""
-    attacked = [m for m in modes.split(",") if m]
-    why = {m: marks[(model, m)] for m in attacked if (model, m) in marks}
-    if not why:
-        return {}
-    out: dict[str, Any] = {"unverified_modes": why}
-    if len(why) == len(attacked):
-        out["category"] = UNVERIFIED
-    return out
-
-
 def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> EnergyContrast | None:
     """What sparsification removes more of, from one model's mean removed shares {"noise", "pgd",
     "lowfreq_pgd"} (``energy.describe_energy``); None without both noise and PGD."""
@@ -868,38 +982,6 @@ def energy_contrast(energy: Mapping[str, Any], settings: VerdictSettings) -> Ene
     else:
         more = FILTERS_ALIKE
     return EnergyContrast(noise, adv, as_float(energy.get("lowfreq_pgd")), more)
-
-
-#: (model, gradient mode) -> why that model's cells in that mode are no measure of robustness.
-Marks = dict[tuple[str, str], str]
-
-
-def unverified_cells(meta: Mapping[str, Any], diagnostics: Sequence[Mapping[str, Any]]) -> Marks:
-    """The (model, gradient mode) pairs whose robust accuracies the tables mark and the verdict never quotes
-    as robustness: the mode failed a check of the gradient-masking checklist (``diagnostics``: diagnostics.json's
-    entries; a mode-free failure, e.g. ``deterministic``, fails every mode), or the model's scan found its
-    gradient lost or unhandled (meta.json's ``gradient_path``) and no escalation ran (its ``escalation``)."""
-    models = ModelsMeta.from_meta(meta)
-    out: Marks = {}
-    for d in diagnostics:
-        model = str(d["model"])
-        entry = models.get(model)
-        modes = (entry.grad_modes if entry is not None else None) or sorted(
-            {c["grad_mode"] for c in d.get("checks", []) if c.get("grad_mode")}
-        )
-        fails: dict[str, list[str]] = {}
-        for c in d.get("checks", []):
-            if c.get("passed") is False:
-                for mode in [c["grad_mode"]] if c.get("grad_mode") else modes:
-                    fails.setdefault(mode, []).append(str(c["name"]))
-        for mode, names in fails.items():
-            out[(model, mode)] = "failed gradient checks: " + ", ".join(dict.fromkeys(names))
-    for m in models.values():
-        reason = path_reason(m.gradient_path) if m.gradient_path else None
-        if reason is not None and not m.escalation:
-            for mode in m.grad_modes or []:
-                out.setdefault((m.name, str(mode)), f"{reason}; not escalated")
-    return out
 
 
 def failed_checks(fails: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -936,7 +1018,7 @@ def judge(
     seeds: Sequence[int] | None = None,
     settings: VerdictSettings | None = None,
     self_transfer: Collection[str] = (),
-    unverified: Marks | None = None,
+    trust: Trust | None = None,
 ) -> Judgement:
     """The judgement at each threat's reference eps, and at every budget of its grid (where the advantage
     ends).  ``records`` may be a list (one frame per training seed): numbers then combine into mean ±
@@ -951,8 +1033,9 @@ def judge(
     checks); failures outside ``blocked`` qualify any "robust" category (robustness may be overestimated);
     ``self_transfer``: models whose transfer attacks were crafted on themselves (``checks.compare.
     self_transfer_models`` of meta.json), whose "transfer" numbers are then white-box restarts;
-    ``unverified``: :func:`unverified_cells` of the runs -- a candidate every one of whose modes is marked is
-    :data:`UNVERIFIED`, never a robustness category.
+    ``trust``: the runs' :class:`~robustbench_wave.evaluation.trust.Trust` (the checklist, the scan, the
+    escalation); a candidate with no trusted mode is :data:`UNVERIFIED` (marked) or :data:`UNCHECKED` (no
+    checklist judged it: the default, ``trust`` None), never a robustness category.
     """
     settings = settings or VerdictSettings()
     runs = [records] if isinstance(records, pd.DataFrame) else list(records)
@@ -964,7 +1047,7 @@ def judge(
     pending = [p for j in parts for p in j.pending]
     family = holm_families([u for p in pending for u in p.units])
     chance = 1.0 / num_classes
-    candidates = [_finish(p, chance, settings, family, self_transfer, unverified or {}) for p in pending]
+    candidates = [_finish(p, chance, settings, family, self_transfer, trust or Trust()) for p in pending]
     contrasts = {m: energy_contrast(row, settings) for m, row in (energy or {}).items()}
     failed = {m: failed_checks(f) for m, f in (diagnostics_failures or {}).items()}
     failed = {m: f for m, f in failed.items() if f}

@@ -5,7 +5,8 @@ for a run joined from ``--shard`` jobs, whose models and test images are then re
 When every gradient mode of a model failed the checklist, the run escalates
 (:func:`robustbench_wave.attackrun.run_escalation.after_checklist`): its records grow by the escalation's rows,
 and the checklist, verdict and report are computed again from them. The tables are then written again with
-the checklist's marks (:func:`robustbench_wave.reporting.tables.write_tables`).
+the checklist's marks (:func:`robustbench_wave.reporting.tables.write_tables`), and the table is printed: the
+attack command prints it here, once, with its marked cells and legend, never the suite's unmarked one before it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS
-from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.measure import finalize_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
 from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
@@ -26,9 +26,10 @@ from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import LabelledImages, load_test_images
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.records import read_meta, read_run
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON, VERDICT_JSON
-from robustbench_wave.reporting.tables import MARK, write_tables
+from robustbench_wave.reporting.tables import TABLE_FILES, UNFINISHED_CHECKLIST_NOTE, write_tables
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ def diagnose(
     """Gradient-masking checklist, figures, verdict and report.md of the finished run (``batch_size`` and
     ``seed``: the run's); a model whose every gradient mode failed the checklist is escalated (transfer from
     ``surrogate``, the run's) and the run diagnosed again (unless not ``escalate``: ``--escalation off``);
-    finally the tables with the checklist's marks (``baseline``: the verdict's).
+    finally the tables with the checklist's marks (``baseline``: the verdict's), the table printed with them
+    (when the checklist fails with an error, the suite's table is printed, saying so, before it propagates).
 
     Under torchrun (``ctx``) every rank calls it: rank 0 diagnoses and writes, and the ranks share the
     escalation (:func:`~robustbench_wave.attackrun.run_escalation.after_checklist`)."""
@@ -122,31 +124,39 @@ def diagnose(
         )  # fmt: skip
         return report, (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
 
-    report, reports = finalize()
-    escalated = escalation(reports)
-    if escalated:
-        echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
+    try:
         report, reports = finalize()
-    _write_marked_tables(run_dir, reports, echo, baseline=baseline, show_table=bool(escalated))
+        escalated = escalation(reports)
+        if escalated:
+            echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
+            report, reports = finalize()
+    except Exception:
+        echo_table(run_dir, echo, note=UNFINISHED_CHECKLIST_NOTE)  # the suite's table, as the files hold it
+        raise
+    _write_marked_tables(run_dir, reports, echo, baseline=baseline)
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
         echo(f"\nverdict: {verdict['text']}")
     echo(f"report: {report}")
 
 
+def echo_table(run_dir: Path, echo: Echo, *, note: str | None = None) -> None:
+    """Print the run's table.txt as written (its marked cells and legend, if any), then ``note`` (a line of
+    the terminal only, never of a file), then a blank line; nothing when the run has no table.txt."""
+    path = run_dir / TABLE_FILES["text"]
+    if path.is_file():
+        echo("\n" + path.read_text(encoding="utf-8") + (f"{note}\n" if note else ""))
+
+
 def _write_marked_tables(
-    run_dir: Path, reports: list[dict[str, Any]], echo: Echo, *, baseline: str | None, show_table: bool
+    run_dir: Path, reports: list[dict[str, Any]], echo: Echo, *, baseline: str | None
 ) -> None:
-    """The run's tables with the checklist's marks (``reports``: diagnostics.json's entries); the table
-    printed when the records grew (``show_table``), else the marked cells named."""
+    """The run's tables with the checklist's marks (``reports``: diagnostics.json's entries), and the table
+    printed: what the terminal shows of the run's numbers, its marked cells ending with ``†`` above the legend."""
     records, meta = read_run(run_dir)
-    marks = unverified_cells(meta, reports)
-    paths = write_tables(records, run_dir, meta=meta, marks=marks, baseline=baseline)
-    if show_table:
-        echo(paths["text"].read_text(encoding="utf-8"))
-    elif marks:
-        marked = ", ".join(f"{m}/{g}" for m, g in marks)
-        echo(f"\n{MARK} marked in table.txt / table.csv / table.tex (gradient checks failed): {marked}")
+    marks = dict(Trust.from_run(meta, reports).marks)
+    write_tables(records, run_dir, meta=meta, marks=marks, baseline=baseline)
+    echo_table(run_dir, echo)
 
 
 def finalize_merged_run(

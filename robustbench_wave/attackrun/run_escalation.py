@@ -148,7 +148,7 @@ def _due(
     due = {
         d["model"]: reason
         for d in reports
-        if (reason := esc.checklist_reason(d)) is not None
+        if (reason := esc.checklist_reason(d, result.meta)) is not None
         and d["model"] in models
         and not esc.escalated(result.records, d["model"])
     }

@@ -1,7 +1,9 @@
 """Running a prepared :class:`~robustbench_wave.attackrun.job.Job`: every model through
 :func:`~robustbench_wave.evaluation.evaluate`, on the whole run or on one shard of it, then the run's records,
 meta.json and tables (rank 0 after gathering the ranks' shards), or a ``--shard`` job's folder for
-``report merge``; finally the diagnostics.
+``report merge``; finally the diagnostics. The table is printed once: after the gradient-masking checklist,
+with its marks (:func:`~robustbench_wave.attackrun.finalize.diagnose`), or, with no checklist to run
+(``--no-diagnostics``), at the end of the suite with a line saying that no cell is verified.
 
 torchrun's ranks are the shards of one run; ``--shard i/n`` is one shard as its own job; else one process
 evaluates the whole run. Each shard owns whole seeding blocks, so the merged records are a single process's
@@ -18,8 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from robustbench_wave.analysis.verdict import unverified_cells
-from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose
+from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose, echo_table
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
 from robustbench_wave.attackrun.models import Loaded
@@ -38,6 +39,7 @@ from robustbench_wave.evaluation.sharding import (
     rank_count,
     shard_dir,
 )
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.reporting import tables
 
 log = logging.getLogger(__name__)
@@ -192,10 +194,11 @@ def run_data_sha256(data: LabelledImages) -> str:
 
 
 def write_run(job: Job, merged: EvaluationResult) -> None:
-    """records.csv.gz, meta.json and the tables of the whole run, printed; the report comes after."""
+    """records.csv.gz, meta.json and the tables of the whole run; the report comes after, and the table is
+    printed with the checklist's marks after it (printed here, saying no cell is verified, when none runs)."""
     merged.meta["run"] = run_meta(job.run_dir, job.command, job.config)
     paths = merged.save(job.run_dir)
-    marks = unverified_cells(merged.meta, []) or None  # a lost gradient not escalated; the checklist's later
+    marks = dict(Trust.from_run(merged.meta, None).marks) or None  # a lost gradient; the checklist's later
     paths |= tables.write_tables(merged.records, job.run_dir, meta=merged.meta, marks=marks)
     _print_results(job, merged, paths)
     if job.options.tensorboard is not None:
@@ -203,16 +206,22 @@ def write_run(job: Job, merged: EvaluationResult) -> None:
 
 
 def _print_results(job: Job, merged: EvaluationResult, paths: dict[str, Path]) -> None:
-    job.echo("")
-    job.echo(paths["text"].read_text(encoding="utf-8"))  # the table rendered by reporting.tables
+    """The cross-check and the files written; the table only when no checklist follows (its marks and legend
+    come with the checklist: :func:`~robustbench_wave.attackrun.finalize.diagnose` prints it then)."""
+    checklist = job.options.finalize.diagnostics
+    if not checklist:  # the table rendered by reporting.tables, and that no checklist will mark it
+        echo_table(job.run_dir, job.echo, note=tables.NO_CHECKLIST_NOTE)
     xc = merged.crosscheck()
     if xc is not None and len(xc):  # empty when no point was attacked
         job.echo(
-            "cross-check (robust accuracy of the other back-end minus the primary one on the same points; "
+            ("\n" if checklist else "")
+            + "cross-check (robust accuracy of the other back-end minus the primary one on the same points; "
             "points only one of them broke; every break counts in the worst case):"
         )
         job.echo(xc[CROSSCHECK_COLUMNS].to_string(index=False))
     job.echo(f"\nwrote {job.run_dir}: " + ", ".join(sorted(p.name for p in paths.values())))
+    if checklist:
+        job.echo("gradient-masking checklist next; the table follows it, with its marks")
 
 
 def _track_tables(root: Path, slug: str, run_dir: Path, paths: dict[str, Path]) -> None:

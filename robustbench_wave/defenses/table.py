@@ -12,32 +12,55 @@ CNN's run unless given, with 95 % Wilson intervals:
 * ``adaptive`` -- the adaptive run's worst case over every attack and gradient mode (automatic BPDA / EOT);
 * ``within_undefended`` -- whether that adaptive worst case lies inside the undefended CNN's interval
   (descriptive);
-* ``baseline`` / ``paired_*`` / ``broken`` -- the defence against the undefended CNN on the same images (both
-  runs attack the first N test images): the paired difference of the two per-example worst cases, its
-  Newcombe interval and exact McNemar p, and ``broken`` by the verdict's rule with its minimum effect
-  (:func:`judge_broken`): not broken only when the defence is more robust by at least that effect; the CNN's
-  own row is the reference (no baseline);
-* ``checks_naive`` / ``checks_adaptive`` -- the checklist's failed checks: of the naive run, and of the
-  adaptive run's adaptive gradient mode (``bpda`` where the run has it, else every mode) with its
-  model-wide checks ("" = none failed; NaN = the run has no diagnostics).
+* ``standing`` / ``untrusted_modes`` -- what the adaptive worst case is (:class:`~robustbench_wave.evaluation.
+  trust.Trust`, the one rule: the checklist's failed checks, a gradient the scan found lost, a mode no
+  checklist judged), over the gradient modes of the defence's adaptive records: ``verified`` (some mode
+  judged and passed), ``unverified`` (none trusted, some failed a check or lost its gradient: an upper
+  bound), ``unchecked`` (no checklist judged any); and each untrusted mode with why ("mode: why; ...");
+* ``baseline`` / ``baseline_standing`` / ``paired_*`` / ``outcome`` / ``broken`` -- the defence against the
+  undefended CNN on the same images (both runs attack the first N test images): the paired difference of
+  the two per-example worst cases, its Newcombe interval and exact McNemar p, the verdict's outcome
+  (:func:`broken_outcome`) and ``broken``, the verdict's category in the table's words (:func:`judge_broken`):
+
+  - ``yes`` -- not more robust by the verdict's minimum effect (less robust, equivalent within it, or more
+    robust by less); for a defence that is not verified only when even its upper bound is that (the
+    verdict's "no advantage") against a verified baseline;
+  - ``no`` -- more robust by at least the minimum effect (the interval clears it); only a verified defence;
+  - ``inconclusive`` -- the test cannot decide, or a verified defence without an advantage over a baseline
+    whose own number is an upper bound;
+  - ``unverified`` / ``unchecked`` -- the defence's standing where its upper bound decides nothing: never
+    "no", whatever the comparison says;
+  - ``reference`` -- the CNN's own row; ``no baseline`` -- an own defence given without one;
+* ``checks_naive`` / ``checks_adaptive`` -- the checklist's failed checks of every gradient mode of each run
+  (:meth:`Trust.failed_checks <robustbench_wave.evaluation.trust.Trust.failed_checks>`), per mode, the
+  mode-free ones under ``all``: "all: deterministic; bpda: a, b; exact: c" ("" = none failed; NaN = no
+  checklist judged the defence in that run).
 
 A user's own defence (``own``: its record name -> its baseline's, the undefended twin attacked in the same
-runs) is judged the same way against that baseline instead of the CNN; NaN, "no baseline", for a defence
-given without one, since nothing then says what its undefended network would score.
+runs) is judged the same way against that baseline instead of the CNN; "no baseline" for a defence given
+without one, since nothing then says what its undefended network would score.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from robustbench_wave.analysis.formatting import DASH, interval, number, points
-from robustbench_wave.analysis.verdict import MORE, UNDECIDED, VerdictSettings, comparison_outcome, p_values
+from robustbench_wave.analysis.verdict import (
+    ADVANTAGE,
+    NO_ADVANTAGE,
+    RULES_OUT,
+    UNDECIDED,
+    VerdictSettings,
+    bounded_outcome,
+    comparison_outcome,
+    p_values,
+)
 from robustbench_wave.attacks import AttackKind, Threat
 from robustbench_wave.core.io import atomic_write_text
 from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, AttackOptions, run_dir
@@ -53,6 +76,7 @@ from robustbench_wave.evaluation.metrics import (
     threat_eps,
     wilson_interval,
 )
+from robustbench_wave.evaluation.trust import ALL_MODES, Standing, Trust
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.models.gallery import GALLERY, UNDEFENDED
 from robustbench_wave.reporting.runs import RunFolder, load_run
@@ -69,12 +93,17 @@ HEADERS = {
 
 #: How an own defence is judged against its baseline: the verdict's level and equivalence margin.
 JUDGEMENT = VerdictSettings()
+#: The ``broken`` column's words (the module docstring says what each means); the same in every format.
+YES, NO, INCONCLUSIVE = "yes", "no", "inconclusive"
+UNVERIFIED, UNCHECKED = Standing.UNVERIFIED.value, Standing.UNCHECKED.value
+REFERENCE, NO_BASELINE = "reference", "no baseline"
+BROKEN_WORDS = (YES, NO, INCONCLUSIVE, UNVERIFIED, UNCHECKED, REFERENCE, NO_BASELINE)
 #: The legend's second line, in a table with own defences.
 OWN_LEGEND = (
     "a defence of yours (ext-FACTORY-<hash>) is judged against its baseline instead, your undefended model "
     "attacked in the same runs on the same images (and the transfer attacks' surrogate): vs baseline = the "
     "paired difference of the two worst cases in points, its 95% Newcombe interval and the exact McNemar p; "
-    "broken by the same rule as the gallery's rows; no baseline = given without --baseline: "
+    "broken by the same rule as the gallery's rows (inconclusive where the baseline is not verified and the defence shows no advantage over it); no baseline = given without --baseline: "
     "nothing says what the undefended network scores, so it is not judged"
 )
 
@@ -121,25 +150,47 @@ def _records(run: RunFolder, threat: str, eps: float, model: str | None = None) 
     return records
 
 
-def failed_checks(run: RunFolder, modes: set[str] | None = None, model: str | None = None) -> Any:
-    """Names of the run's failed checks (of ``modes`` and the model-wide ones; all when None; of ``model``
-    alone when given), sorted and joined by ', '; NaN when the run has no diagnostics."""
-    entries = [e for e in run.diagnostics if model is None or e.get("model") == model]
-    checks = [c for entry in entries for c in entry.get("checks", [])]
-    if not checks:
+def run_trust(run: RunFolder) -> Trust:
+    """What the run's numbers are (:meth:`Trust.from_run <robustbench_wave.evaluation.trust.Trust.from_run>`:
+    its checklist, its scan), the one rule every page asks."""
+    return Trust.from_run(run.meta, run.diagnostics, where=run.meta_file)
+
+
+def grad_modes(records: pd.DataFrame) -> list[str]:
+    """The gradient modes the records were attacked under, sorted."""
+    return sorted({str(m) for m in records["grad_mode"].dropna().unique() if str(m)})
+
+
+def _one_model(run: RunFolder, model: str | None) -> str:
+    models = run.records["model"].unique()
+    if model is None and len(models) != 1:
+        raise ValueError(f"{run.path} holds {len(models)} models; name the one whose checks to read")
+    return str(model if model is not None else models[0])
+
+
+def failed_checks(run: RunFolder, *, model: str | None = None, modes: Iterable[str] | None = None) -> Any:
+    """The failed checks of ``model`` (None: the run's one model) in every gradient mode of ``modes`` (None:
+    every mode of its records) and the mode-free ones (under ``all``), per mode: "all: deterministic; bpda: a,
+    b; exact: c" (modes and names sorted); "" when none failed, NaN when no checklist judged it."""
+    model = _one_model(run, model)
+    if modes is None:
+        modes = grad_modes(run.records[run.records["model"] == model])
+    return mode_checks(run_trust(run), model, modes)
+
+
+def mode_checks(trust: Trust, model: str, modes: Iterable[str]) -> Any:
+    """:func:`failed_checks` from the run's :class:`Trust`."""
+    modes = [str(m) for m in modes]
+    fails = trust.failed_checks(model, modes)
+    if not fails and not any(trust.is_checked(model, m) for m in modes):
         return math.nan
-    failed = {
-        c["name"]
-        for c in checks
-        if c.get("passed") is False and (modes is None or c.get("grad_mode") in modes | {None})
-    }
-    return ", ".join(sorted(failed))
+    order = sorted(fails, key=lambda m: (m != ALL_MODES, m))
+    return "; ".join(f"{m}: {', '.join(sorted(set(fails[m])))}" for m in order)
 
 
-def _adaptive_modes(records: pd.DataFrame) -> set[str]:
-    """The gradient modes an adaptive run is judged by: ``bpda`` where it ran, else every mode it ran."""
-    modes = set(records["grad_mode"].unique())
-    return {GradMode.BPDA.value} if GradMode.BPDA.value in modes else modes
+def _untrusted(trust: Trust, model: str, modes: Iterable[str]) -> str:
+    """Each of the model's untrusted modes with why (:meth:`Trust.why`), "mode: why; ..."; "" when none."""
+    return "; ".join(f"{m}: {why}" for m, why in sorted(trust.why(model, modes).items()))
 
 
 def _own_breaks(rows: pd.DataFrame) -> pd.DataFrame:
@@ -166,6 +217,8 @@ def defence_row(
     if white.empty:
         raise ValueError(f"{naive.path} has no exact-gradient records; the naive run must include 'exact'")
     white = _own_breaks(white)
+    name, modes = str(best["model"].iloc[0]), grad_modes(best)
+    trust = run_trust(adaptive)
     return {
         "model": best["model"].iloc[0],
         "n": int(best["example_id"].nunique()),
@@ -175,8 +228,10 @@ def defence_row(
         **_accuracy("adaptive", robust_flags(best, threat, eps)),
         "modes_naive": "+".join(sorted(plain["grad_mode"].unique())),
         "modes_adaptive": "+".join(sorted(best["grad_mode"].unique())),
-        "checks_naive": failed_checks(naive, model=model),
-        "checks_adaptive": failed_checks(adaptive, _adaptive_modes(best), model=model),
+        "checks_naive": mode_checks(run_trust(naive), str(plain["model"].iloc[0]), grad_modes(plain)),
+        "checks_adaptive": mode_checks(trust, name, modes),
+        "standing": trust.standing(name, modes).value,
+        "untrusted_modes": _untrusted(trust, name, modes),
     }
 
 
@@ -190,15 +245,16 @@ def baseline_columns(
             raise ValueError(
                 f"{adaptive.path} also holds {others}: the runs were made with a --baseline; pass it again"
             )
-        return {
-            "baseline": "",
-            **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)),
-            **_no_pair(),
-            "broken": math.nan,
-        }
-    ours = robust_flags(_records(adaptive, threat, eps, defence), threat, eps)
-    theirs = robust_flags(_records(adaptive, threat, eps, baseline), threat, eps)
-    return pair_columns(baseline, ours, theirs)
+        return _no_pair(NO_BASELINE)
+    mine, twin = _records(adaptive, threat, eps, defence), _records(adaptive, threat, eps, baseline)
+    trust = run_trust(adaptive)
+    return pair_columns(
+        baseline,
+        robust_flags(mine, threat, eps),
+        robust_flags(twin, threat, eps),
+        standing=trust.standing(defence, grad_modes(mine)),
+        base_standing=trust.standing(baseline, grad_modes(twin)),
+    )
 
 
 def gallery_pair_columns(
@@ -207,36 +263,95 @@ def gallery_pair_columns(
     """A gallery defence against the undefended CNN on the same images (both runs attack the data set's first
     N images, so their per-example worst cases pair by example id); the CNN's own row is the reference."""
     if defence == UNDEFENDED:
-        return {"baseline": "", **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)), **_no_pair()}
-    ours = robust_flags(_records(adaptive, threat, eps), threat, eps)
-    theirs = robust_flags(_records(undefended, threat, eps), threat, eps)
-    return pair_columns(UNDEFENDED, ours, theirs)
+        return _no_pair(REFERENCE)
+    mine, cnn = _records(adaptive, threat, eps), _records(undefended, threat, eps)
+    return pair_columns(
+        UNDEFENDED,
+        robust_flags(mine, threat, eps),
+        robust_flags(cnn, threat, eps),
+        standing=run_trust(adaptive).standing(str(mine["model"].iloc[0]), grad_modes(mine)),
+        base_standing=run_trust(undefended).standing(str(cnn["model"].iloc[0]), grad_modes(cnn)),
+    )
 
 
-def pair_columns(baseline: str, ours: pd.Series, theirs: pd.Series) -> dict[str, Any]:
-    """The paired comparison of a defence's per-example worst case with its baseline's, and ``broken``."""
+def pair_columns(
+    baseline: str,
+    ours: pd.Series,
+    theirs: pd.Series,
+    *,
+    standing: Standing = Standing.VERIFIED,
+    base_standing: Standing = Standing.VERIFIED,
+) -> dict[str, Any]:
+    """The paired comparison of a defence's per-example worst case with its baseline's, the verdict's outcome
+    and ``broken`` (:func:`judge_broken`), given the two models' :class:`Standing`."""
     paired = paired_comparison(ours, theirs)
+    outcome = broken_outcome(paired, standing, base_standing)
     return {
         "baseline": baseline,
         **_accuracy("baseline_adaptive", theirs),
+        "baseline_standing": base_standing.value,
         "paired_diff": paired.diff, "paired_low": paired.ci_low, "paired_high": paired.ci_high,
-        "paired_p": paired.p_value, "broken": judge_broken(paired),
+        "paired_p": paired.p_value, "outcome": outcome, "broken": broken_word(outcome, standing),
     }  # fmt: skip
 
 
-def _no_pair() -> dict[str, float]:
-    return dict.fromkeys(("paired_diff", "paired_low", "paired_high", "paired_p"), math.nan)
+def _no_pair(broken: str) -> dict[str, Any]:
+    """The comparison's columns of a row that has none: the CNN's own (:data:`REFERENCE`), or an own defence
+    without a baseline (:data:`NO_BASELINE`)."""
+    return {
+        "baseline": "",
+        **_accuracy("baseline_adaptive", pd.Series([], dtype=bool)),
+        "baseline_standing": "",
+        **dict.fromkeys(("paired_diff", "paired_low", "paired_high", "paired_p"), math.nan),
+        "outcome": "",
+        "broken": broken,
+    }
 
 
-def judge_broken(paired: PairedComparison, settings: VerdictSettings = JUDGEMENT) -> Any:
-    """The verdict's rule (:func:`~robustbench_wave.analysis.verdict.comparison_outcome`) for defence (A) vs
-    its undefended model (B) on the same images: False (not broken) when the defence is more robust by the
-    minimum effect (the 95% interval of the difference clears it), True when it is less robust, equivalent
-    within the minimum effect, or more robust by less than it, NaN when the test cannot decide."""
+def broken_outcome(
+    paired: PairedComparison,
+    standing: Standing = Standing.VERIFIED,
+    base_standing: Standing = Standing.VERIFIED,
+    settings: VerdictSettings = JUDGEMENT,
+) -> str:
+    """The verdict's outcome for defence (A) vs its undefended model (B) on the same images, as
+    :func:`~robustbench_wave.analysis.verdict.categorize` reaches it: the paired rule with the minimum effect
+    (:func:`~robustbench_wave.analysis.verdict.comparison_outcome`); for a defence that is not verified only
+    what an upper bound supports (:func:`~robustbench_wave.analysis.verdict.bounded_outcome`); against a
+    baseline that is not verified only an advantage stands (else undecided)."""
     outcome = comparison_outcome(paired, p_values(paired, None, settings), settings)
-    if outcome == MORE:
-        return False
-    return math.nan if outcome == UNDECIDED else True
+    if not standing.trusted:
+        return bounded_outcome(outcome, base_standing)
+    if not base_standing.trusted and outcome not in ADVANTAGE:
+        return UNDECIDED
+    return outcome
+
+
+def broken_word(outcome: str, standing: Standing = Standing.VERIFIED) -> str:
+    """The ``broken`` cell of a :func:`broken_outcome`: for a verified defence :data:`NO` on an advantage,
+    :data:`YES` where the comparison rules one out, else :data:`INCONCLUSIVE`; for one that is not verified
+    :data:`YES` only on the verdict's "no advantage" (even its upper bound is no better than a verified
+    baseline), else its standing (:data:`UNVERIFIED` / :data:`UNCHECKED`), never :data:`NO`."""
+    if not standing.trusted:
+        return YES if outcome == NO_ADVANTAGE else standing.value
+    if outcome in ADVANTAGE:
+        return NO
+    return YES if outcome in RULES_OUT else INCONCLUSIVE
+
+
+def judge_broken(
+    paired: PairedComparison,
+    *,
+    standing: Standing = Standing.VERIFIED,
+    base_standing: Standing = Standing.VERIFIED,
+    settings: VerdictSettings = JUDGEMENT,
+) -> str:
+    """``broken`` for defence (A) vs its undefended model (B) on the same images: the verdict's category in
+    the table's words (:func:`broken_outcome`, :func:`broken_word`). A verified defence against a verified
+    baseline: :data:`NO` (not broken) when it is more robust by the minimum effect (the 95% interval of the
+    difference clears it), :data:`YES` when it is less robust, equivalent within the minimum effect, or more
+    robust by less, :data:`INCONCLUSIVE` when the test cannot decide."""
+    return broken_word(broken_outcome(paired, standing, base_standing, settings), standing)
 
 
 def build_table(
@@ -296,17 +411,14 @@ def build_table(
 
 
 def _checks_cell(value: Any) -> str:
+    """A checks column for reading: per mode, how many checks failed ("all 1, bpda 2, exact 1"); "no" when
+    none did, "not run" without a checklist."""
     if not isinstance(value, str):
         return "not run"
-    return f"yes ({len(value.split(', '))})" if value else "no"
-
-
-def _broken_cell(value: Any, baseline: str, defence: str) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if not baseline:
-        return "reference" if defence == UNDEFENDED else "no baseline"
-    return "inconclusive"
+    if not value:
+        return "no"
+    modes = (part.split(": ", 1) for part in value.split("; "))
+    return ", ".join(f"{mode} {len(names.split(', '))}" for mode, names in modes)
 
 
 def _paired_cell(row: pd.Series) -> str:
@@ -330,9 +442,7 @@ def formatted(table: pd.DataFrame, pm: str = " ± ") -> pd.DataFrame:
             number(v, h, scale=100.0, pm=pm, missing=DASH) for v, h in zip(table["baseline_adaptive"], half)
         ]
     out["vs baseline (paired)"] = [_paired_cell(row) for _, row in table.iterrows()]
-    out["broken"] = [
-        _broken_cell(*cell) for cell in zip(table["broken"], table["baseline"], table["defence"])
-    ]
+    out["broken"] = [str(b) for b in table["broken"]]
     out["flagged naive"] = [_checks_cell(v) for v in table["checks_naive"]]
     out["flagged adaptive"] = [_checks_cell(v) for v in table["checks_adaptive"]]
     return out
@@ -361,14 +471,37 @@ def render_text(table: pd.DataFrame, heading: str) -> str:
         "cells: robust accuracy % ± half-width of the 95% Wilson interval; exact gradients = the naive run's "
         "white-box attacks in mode exact (their own breaks only); naive = every attack without BPDA or EOT; BPDA / EOT = every attack "
         "and gradient mode of the adaptive run; vs baseline (paired) = the defence's worst case minus the undefended CNN's on "
-        "the same images, in points, with its 95% Newcombe interval and exact McNemar p; broken = yes when the defence is not more "
-        f"robust than the undefended CNN by the minimum effect of {JUDGEMENT.minimum_effect * 100:.0f} points (less robust, "
-        "equivalent within it, or more robust by less: the verdict's rule), no when the interval clears it, inconclusive when "
-        "the test cannot decide (attack more images); flagged = checks of the gradient-masking checklist that failed (gallery.csv names them)"
+        "the same images, in points, with its 95% Newcombe interval and exact McNemar p; broken = the verdict's category: yes when the "
+        f"defence is not more robust than the undefended CNN by the minimum effect of {JUDGEMENT.minimum_effect * 100:.0f} points (less "
+        "robust, equivalent within it, or more robust by less: the verdict's rule), no when the interval clears it, inconclusive when "
+        "the test cannot decide (attack more images) or the CNN's own number is an upper bound; unverified / unchecked when no gradient "
+        "mode of the defence's adaptive run is trusted (each failed a gradient-masking check or lost its gradient at the scan / no "
+        "checklist judged it): its number is an upper bound, never read as not broken, and broken = yes only when even that upper "
+        "bound is within the minimum effect of a verified baseline or below it; flagged = the checks of the gradient-masking "
+        "checklist that failed, counted per gradient mode (all = the mode-free checks; gallery.csv names them), no = none failed, "
+        "not run = no checklist"
     )
     if has_own(table):
         lines.append(OWN_LEGEND)
+    lines += _standing_notes(table)
     return "\n".join(lines) + "\n"
+
+
+def _standing_notes(table: pd.DataFrame) -> list[str]:
+    """One line per defence whose adaptive number is not verified, and per own baseline that is not: why."""
+    notes = []
+    for _, row in table.iterrows():
+        if row["standing"] != Standing.VERIFIED.value:
+            why = row["untrusted_modes"] if isinstance(row["untrusted_modes"], str) else ""
+            notes.append(f"{row['defence']}: {row['standing']}, an upper bound ({why or 'no mode judged'})")
+    shown = set(table["defence"])
+    for base, standing in zip(table["baseline"], table["baseline_standing"]):
+        if base and base not in shown and standing != Standing.VERIFIED.value:
+            shown.add(base)
+            notes.append(
+                f"baseline {base}: {standing}, an upper bound: only an advantage over it can be shown"
+            )
+    return notes
 
 
 def render_latex(table: pd.DataFrame, heading: str) -> str:

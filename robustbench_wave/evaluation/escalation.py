@@ -41,7 +41,8 @@ from robustbench_wave.evaluation import records as rec
 from robustbench_wave.evaluation.evaluator import evaluate
 from robustbench_wave.evaluation.plan import EvalSettings
 from robustbench_wave.evaluation.result import EvaluationResult
-from robustbench_wave.models.autobpda import LOST, NO_RULE, UNHANDLED, gradient_path
+from robustbench_wave.evaluation.trust import Trust, path_reason
+from robustbench_wave.models.autobpda import gradient_path
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,6 @@ TRANSFER_PARAMS = {"steps": 20, "rel_step_size": 0.125, "restarts": 1, "random_s
 THREATS = (Threat.LINF.value, Threat.L2.value)
 #: The two moments an escalation is decided (meta.json's ``stage``).
 SCAN, CHECKLIST = "scan", "checklist"
-#: Finding rules that leave the input without a gradient through that operation in every mode.
-UNHANDLED_RULES = frozenset({LOST, NO_RULE, UNHANDLED})
 
 
 def is_escalation(attack: str) -> bool:
@@ -84,34 +83,11 @@ def scan_reason(model: nn.Module) -> str | None:
     return None if path is None else path_reason(path.to_dict())
 
 
-def path_reason(path: Mapping[str, Any]) -> str | None:
-    """Why a scan's result (meta.json's ``gradient_path``) calls for escalation, or None: no gradient reaches
-    the input in any mode the model offers, or an operation on its input path has no rule (its gradient is
-    lost there in every mode: :data:`UNHANDLED_RULES`, or the scan's ``unhandled`` list)."""
-    reaches = bool(path.get("exact_gradient")) or "bpda" in (path.get("modes") or [])
-    if not reaches:
-        return f"no gradient reaches the input in any mode: {path.get('summary', '')}"
-    findings = path.get("findings") or []
-    unhandled = [f"{f['op']} [{f['kind']}]" for f in findings if f.get("rule") in UNHANDLED_RULES]
-    unhandled += [str(u) for u in (path.get("unhandled") or []) if str(u) not in unhandled]
-    if unhandled:
-        return f"operations on the input path without a gradient rule: {', '.join(unhandled)}"
-    return None
-
-
-def checklist_reason(diagnostics: Mapping[str, Any]) -> str | None:
-    """Why the checklist calls for escalation (one model's ``diagnostics.json`` entry: its ``checks``), or
-    None: every gradient mode the model was attacked under failed a check (a mode-free failure, such as
-    ``deterministic``, fails every mode), as :attr:`~robustbench_wave.analysis.diagnostics.DiagnosticsReport.
-    trusted_modes` reads them."""
-    checks = list(diagnostics.get("checks") or [])
-    modes = sorted({str(c["grad_mode"]) for c in checks if c.get("grad_mode")})
-    failed = [c for c in checks if c.get("passed") is False]
-    bad = set(modes) if any(not c.get("grad_mode") for c in failed) else {c["grad_mode"] for c in failed}
-    if not modes or bad != set(modes):
-        return None
-    names = dict.fromkeys(f"{c['name']}[{c.get('grad_mode') or 'all'}]" for c in failed)
-    return f"every gradient mode ({', '.join(modes)}) failed a gradient-masking check: {', '.join(names)}"
+def checklist_reason(diagnostics: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> str | None:
+    """Why the checklist calls for escalation (one model's ``diagnostics.json`` entry), or None: every
+    gradient mode it judged failed a check (:meth:`Trust.checklist_escalation
+    <robustbench_wave.evaluation.trust.Trust.checklist_escalation>`, the one rule)."""
+    return Trust.from_run(meta or {}, [diagnostics]).checklist_escalation(str(diagnostics.get("model", "")))
 
 
 # ---------------------------------------------------------------------------------------------- what

@@ -304,14 +304,14 @@ def reference_eps(
     positive budget of the grid (the lower middle for an even count), chosen before any result; eps = 0 is the
     clean input, not a budget.
 
-    Always a budget that was attacked, never an interpolated median; ``fallback`` when the threat has none.
+    Always a budget that was attacked, never an interpolated median; ``fallback`` when the threat has none. A
+    declared budget the records did not attack is refused (ValueError naming the grid), never replaced by
+    the middle.
     """
     grid = threat_eps(records, threat) if records is not None and not records.empty else []
     chosen = (declared or {}).get(threat)
-    if chosen is not None:
-        on_grid = [e for e in grid if math.isclose(e, chosen, abs_tol=EPS_TOL)]
-        if on_grid:
-            return on_grid[0]
+    if chosen is not None and grid:
+        return check_on_grid(records, threat, chosen)  # a declared budget off the grid: refused, not replaced
     middle = middle_budget(grid)
     return fallback if middle is None else middle
 

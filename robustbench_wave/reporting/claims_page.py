@@ -32,7 +32,7 @@ from robustbench_wave.evaluation.metrics import declared_reference
 from robustbench_wave.models.frontend import grad_switches
 from robustbench_wave.models.tokenpool import TokenPooling
 from robustbench_wave.models.vit import build_model
-from robustbench_wave.reporting.markdown import diagnostics_failures, run_marks, self_transfer
+from robustbench_wave.reporting.markdown import diagnostics_failures, run_trust, self_transfer
 from robustbench_wave.reporting.plots import plot_pareto
 from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
 from robustbench_wave.reporting.tables import markdown_table
@@ -344,7 +344,7 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
             diagnostics_failures=fails,
             self_transfer=self_transfer(group),
             reference=declared_reference(group[0].meta),
-            unverified=run_marks(group),
+            trust=run_trust(group),
         )
         for f in found:
             if f.judgement is not None:
@@ -357,7 +357,7 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
                 num_classes=k,
                 threat=threat,
                 reference=declared_reference(group[0].meta),
-                unverified=run_marks(group),
+                trust=run_trust(group),
             )
             found += [step] if step else []
         return found
@@ -367,7 +367,8 @@ def _robustness_findings(inputs: ClaimInputs) -> list[cl.Finding]:
 
 def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
     """Claim 5 on every group of attack runs: exact vs BPDA gradients through the assignment alone of its
-    Token Pooling models (``bpda-assignment`` rows, or ``bpda`` where pooling is the only fixed front-end)."""
+    Token Pooling models (``bpda-assignment`` rows, or ``bpda`` where pooling is the only fixed front-end),
+    the BPDA side judged by the runs' trust (:func:`run_trust`: the checklist and the scan)."""
 
     def find(scope: str, group: Sequence[RunFolder]) -> list[cl.Finding]:
         records = [r.records for r in group]
@@ -380,6 +381,7 @@ def _masking_findings(inputs: ClaimInputs) -> list[cl.Finding]:
             assignment_only=assignment_only_models(group),
             num_classes=class_count(group),
             reference=declared_reference(group[0].meta),
+            trust=run_trust(group),
         )
 
     return _per_group(inputs, find)
@@ -502,11 +504,15 @@ CLAIMS: dict[int, Claim] = {
             then=" (pooled models under exact, blocked, BPDA and assignment-only BPDA gradients: "
             "--grad-modes MODEL=exact,blocked,bpda,bpda-assignment per pooled model), then pass --runs <its run>",
             rule="Per pooled model with clean accuracy at or above the verdict's floor (chance plus a third of the way "
-            "to 100%): robust under every attack with exact gradients vs with BPDA (straight-through) gradients "
-            "through the cluster assignment alone (mode bpda-assignment: every other fixed front-end, e.g. a wavelet "
-            "tokenizer's mask, exact; or mode bpda where the Token Pooling layer is the model's only fixed "
-            "front-end; a model with neither is inconclusive), paired on the same images, seeds pooled with the "
-            "image as the unit. Supported when exact − BPDA's 95% interval clears the minimum effect of {margin} "
+            "to 100%): robust under the white-box gradient attacks with exact gradients vs with BPDA "
+            "(straight-through) gradients through the cluster assignment alone (mode bpda-assignment: every other "
+            "fixed front-end, e.g. a wavelet tokenizer's mask, exact; or mode bpda where the Token Pooling layer is "
+            "the model's only fixed front-end; a model with neither is inconclusive), paired on the same images, "
+            "seeds pooled with the image as the unit. Gradient-free, transfer, noise, low-frequency and escalation "
+            "attacks are left out: they are the same under both gradients. The BPDA side must be a real attack: "
+            "a BPDA mode that failed a gradient-masking check, lost its gradient at the scan or was judged by no "
+            "checklist leaves the finding inconclusive. Each test is Holm-adjusted across the models and threats "
+            "of the run group. Supported when exact − BPDA's 95% interval clears the minimum effect of {margin} "
             "(the verdict's rule for masking); not supported when exact is significantly below (α = {alpha}), or "
             "within ±{margin} by two one-sided tests (the {tost_level} interval inside the margin), a significant gap "
             "inside it included; else inconclusive.",

@@ -25,10 +25,11 @@ from robustbench_wave.analysis.checks.compare import self_transfer_models
 from robustbench_wave.analysis.diagnostics import format_numbers
 from robustbench_wave.analysis.energy import describe_energy, energy_summary
 from robustbench_wave.analysis.formatting import DASH, percent
-from robustbench_wave.analysis.verdict import Marks, claim_numbers, unverified_cells
+from robustbench_wave.analysis.verdict import claim_numbers
 from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
+from robustbench_wave.evaluation.trust import Marks, Trust
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.model_section import external_models, has_wavelet_model, models_markdown
 from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures
@@ -115,7 +116,7 @@ def render_report(
     wavelet = has_wavelet_model(runs)
     sections = {
         ("Your model" if len(external) == 1 else "Your models"): models_markdown(
-            runs, v.text, baseline or run_baseline(runs), run_marks(runs)
+            runs, v.text, baseline or run_baseline(runs), run_trust(runs).marks
         ),
         ("Verdict on the claim" if wavelet else "Verdict"): verdict_markdown(v, wavelet_claim=wavelet),
         "Robust accuracy": comparison_markdown(runs),
@@ -152,21 +153,20 @@ def run_verdict(runs: Sequence[RunFolder], *, num_classes: int, baseline: str | 
         diagnostics_failures=diagnostics_failures(runs),
         seeds=[i if r.train_seed is None else r.train_seed for i, r in enumerate(runs)],
         self_transfer=self_transfer(runs),
-        unverified=run_marks(runs),
+        trust=run_trust(runs),
     )
 
 
-def run_marks(runs: Sequence[RunFolder]) -> Marks:
-    """The (model, gradient mode) pairs of any run whose cells are no measure of robustness
-    (:func:`~robustbench_wave.analysis.verdict.unverified_cells`: failed gradient checks, or a lost gradient
-    not escalated)."""
-    return {k: v for r in runs for k, v in unverified_cells(r.meta, r.diagnostics).items()}
+def run_trust(runs: Sequence[RunFolder]) -> Trust:
+    """What the runs' numbers are (:class:`~robustbench_wave.evaluation.trust.Trust`: the checklist, the scan,
+    the escalation), over every run."""
+    return Trust.combine(Trust.from_run(r.meta, r.diagnostics, where=r.meta_file) for r in runs)
 
 
 def table_marks(run: RunFolder) -> Marks | None:
-    """The marks of one run's tables (:func:`~robustbench_wave.reporting.tables.write_tables`): those of its
-    checklist once it ran, else only a lost gradient not escalated (None without any: the tables as before)."""
-    return run_marks([run]) if run.diagnostics else unverified_cells(run.meta, []) or None
+    """The marks of one run's tables (:func:`~robustbench_wave.reporting.tables.write_tables`): its upper
+    bounds (None without any: the tables as before)."""
+    return dict(run_trust([run]).marks) or None
 
 
 def run_baseline(runs: Sequence[RunFolder]) -> str | None:

@@ -19,13 +19,14 @@ accuracy, mCE and relative mCE against the baseline model) and ``corruptions.tex
 that summary.
 
 Marks: after the gradient-masking checklist (:func:`write_tables` with ``marks``, from
-:func:`robustbench_wave.analysis.verdict.unverified_cells`), every attack cell of a (model, gradient mode)
+:class:`robustbench_wave.evaluation.trust.Trust`'s marks), every attack cell of a (model, gradient mode)
 that failed a gradient check -- or whose gradient the scan found lost or unhandled with no escalation run --
 carries :data:`MARK` (``†``; LaTeX a dagger), the worst-over-modes row when every mode of its model
 does, and a legend line (:data:`MARK_LEGEND`) follows the table (the LaTeX caption ends with it); in the CSVs
 the boolean column :data:`MARK_COLUMN` says the same per row. Such a cell is an upper bound from attacks
 that could not follow the gradient, not robustness. Without ``marks`` (before the checklist ran) the files
-are as they always were.
+are as they always were. The attack command prints table.txt once, after the checklist, with its marks; with
+no checklist, with :data:`NO_CHECKLIST_NOTE` below it (on the terminal only, never in a file).
 """
 
 from __future__ import annotations
@@ -89,8 +90,18 @@ def format_eps(eps: float) -> str:
 #: The suffix of a marked cell, in text and LaTeX, and the CSVs' column saying which rows are marked.
 MARK, LATEX_MARK, MARK_COLUMN = "†", r"$^\dagger$", "gradient_check_failed"
 MARK_LEGEND = (
-    "† this model and gradient mode failed a gradient check (diagnostics.csv), or its gradient is lost and no "
-    "escalation ran: an upper bound from attacks that could not follow the gradient, not robustness"
+    "† this model and gradient mode failed a gradient check (diagnostics.csv), or the scan found its gradient lost "
+    "(escalated or not): an upper bound from attacks that could not follow the gradient, not robustness"
+)
+#: The line the attack command prints under the table (never written in a file) when no gradient-masking
+#: checklist ran (diagnostics off), and under the suite's table when the checklist did not finish.
+NO_CHECKLIST_NOTE = (
+    "no gradient-masking checklist ran (diagnostics off), so no attack cell is verified: each is an upper "
+    "bound from the suite's attacks alone"
+)
+UNFINISHED_CHECKLIST_NOTE = (
+    "the gradient-masking checklist did not finish, so no attack cell is verified: each is an upper bound "
+    "from the suite's attacks alone"
 )
 
 
@@ -411,7 +422,9 @@ __all__ = [
     "MARK",
     "MARK_COLUMN",
     "MARK_LEGEND",
+    "NO_CHECKLIST_NOTE",
     "TABLE_FILES",
+    "UNFINISHED_CHECKLIST_NOTE",
     "by_column",
     "comparison_table",
     "corruption_latex",

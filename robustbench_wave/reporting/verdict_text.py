@@ -20,22 +20,26 @@ import pandas as pd
 from robustbench_wave.analysis.formatting import as_float, interval, number, percent, points
 from robustbench_wave.analysis.verdict import (
     ADVANTAGE,
-    ALL_MODES,
+    BOUND_UNDECIDED,
     FILTERS_ADVERSARIAL,
     FILTERS_NOISE,
     INCONCLUSIVE,
     LESS,
     MASKING,
     MASKING_BUT_ROBUST,
+    MASKING_INCONCLUSIVE,
     MORE_NETWORKS,
+    NO_ADVANTAGE,
     NO_BASELINE,
     NOT_ROBUST,
     ROBUST,
     ROBUST_THESE_NETWORKS,
     SMALL,
     SMALL_DIFFERENCE,
+    UNCHECKED,
     UNDECIDED,
     UNVERIFIED,
+    UPPER_BOUND_CATEGORIES,
     CandidateJudgement,
     EnergyContrast,
     GridNumbers,
@@ -43,6 +47,7 @@ from robustbench_wave.analysis.verdict import (
     judge,
     wb_column,
 )
+from robustbench_wave.evaluation.trust import ALL_MODES
 from robustbench_wave.models.frontend import GradMode
 
 log = logging.getLogger(__name__)
@@ -120,16 +125,19 @@ def _architecture_sentence(cat: Mapping[str, Any]) -> str:
         return ""
     if arch.get("confirmed") is None:
         return (
-            "With one training seed this is a finding about these networks: the architecture claim cannot be "
-            "confirmed beyond them (train more seeds)."
+            f"With {arch['n_seeds']} training seed{'s' if arch['n_seeds'] != 1 else ''} this is a finding about "
+            f"these networks: a claim about the architecture needs {arch.get('min_seeds', 2)} seeds, each clearing "
+            "the minimum effect on its own (train more seeds)."
         )
     diffs = ", ".join(points(d) for d in arch["diffs"])
+    lows = ", ".join(points(d) for d in arch.get("seed_ci_low", []))
     margin = number(cat["minimum_effect"], scale=100.0, digits=0, unit=" points")
     verdict = "confirmed" if arch["confirmed"] else "not confirmed"
     return (
-        f"For the architecture, the training seed is the unit: the per-seed differences ({diffs}) have mean "
-        f"{points(arch['mean'])} and {100 * arch['level']:.0f}% t interval {interval(*arch['ci'])}, which "
-        f"{'clears' if arch['confirmed'] else 'does not clear'} {margin}: the architecture claim is {verdict}."
+        f"For the architecture, the training seed is the unit: the per-seed differences ({diffs}) have 95% "
+        f"intervals starting at {lows}, and {'every one clears' if arch['confirmed'] else 'not every one clears'} "
+        f"{margin} (their mean {points(arch['mean'])}, {100 * arch['level']:.0f}% t interval "
+        f"{interval(*arch['ci'])}): the architecture claim is {verdict}."
     )
 
 
@@ -264,9 +272,9 @@ def _sentence(
             + _paired_clause(cat)
         )
     category = cat["category"]
-    if category == UNVERIFIED:
-        return _unverified_sentence(cand, cat, sp, where)
-    if category in (MASKING, MASKING_BUT_ROBUST):
+    if category in UPPER_BOUND_CATEGORIES.values():
+        return _upper_bound_sentence(cand, cat, sp, where, base_txt)
+    if category in (MASKING, MASKING_BUT_ROBUST, MASKING_INCONCLUSIVE):
         return _masking_sentence(cand, cat, sp, where, base_txt)
     note = _masking_note(cat, gap_tol)
     head = f"**{name}** keeps **{worst}** at {where} under the worst case over all attacks"
@@ -319,18 +327,40 @@ def _where(group: Sequence[float], first: bool, last: bool) -> str:
     return f"ε = {group[0]:.4g}–{group[-1]:.4g}"
 
 
-def _unverified_sentence(
-    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str
+def _upper_bound_sentence(
+    cand: Mapping[str, Any], cat: Mapping[str, Any], sp: Mapping[str, Any], where: str, base_txt: str
 ) -> str:
-    """A candidate whose every gradient mode is marked: its number is stated as what it is, an upper bound
-    from attacks that could not use the gradient, never as robustness."""
-    why = "; ".join(f"{mode}: {reason}" for mode, reason in cat["unverified_modes"].items())
-    return (
-        f"**{cand['model']}** is unverified at {where}: its gradient failed in every mode it was attacked "
-        f"under ({why}). The {percent(cand['worst_case'], sp.get('worst_case'))} of points its attacks left "
+    """A candidate with no trusted gradient mode: its number is stated as what it is, an upper bound, never
+    as robustness, and the comparison says only what an upper bound can: that there is no advantage (even
+    the upper bound is within the minimum effect of a verified baseline), or nothing."""
+    why = "; ".join(f"{mode}: {reason}" for mode, reason in (cat.get("unverified_modes") or {}).items())
+    if cat["category"] == UNCHECKED:
+        head = f"**{cand['model']}** is unchecked at {where}: no gradient-masking checklist judged its modes"
+    else:
+        head = f"**{cand['model']}** is unverified at {where}: no mode it was attacked under passed the gradient checks"
+    text = (
+        f"{head} ({why}). The {percent(cand['worst_case'], sp.get('worst_case'))} of points its attacks left "
         f"unbroken ({_under(cand, sp, cat)}; clean {percent(cand['clean'], sp.get('clean'))}) is an upper "
-        "bound from attacks that could not follow the gradient, not a robust accuracy."
+        "bound, not a robust accuracy."
     )
+    if cat.get("inconclusive_reason"):
+        return text + f" Nothing more is decided: {cat['inconclusive_reason']}."
+    if cat.get("outcome") == NO_ADVANTAGE:
+        return text + (
+            f" Even this upper bound shows no advantage of the minimum effect over the baseline — {base_txt}: "
+            "no natural robustness worth the name."
+        )
+    if base_txt:
+        return text + f" An upper bound above the baseline establishes no advantage — {base_txt}."
+    return text
+
+
+#: A grid budget's outcome in the grid sentence (the others as they are).
+_GRID_WORDS = {
+    UNDECIDED: "undecided",
+    NO_ADVANTAGE: "no advantage (even the upper bound)",
+    BOUND_UNDECIDED: "undecided (an upper bound)",
+}
 
 
 def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
@@ -347,7 +377,7 @@ def _grid_sentence(grid: GridNumbers, gap_tol: float) -> str:
     if grid.baseline is not None and any(grid.outcomes):
         groups = _runs(grid.eps, grid.outcomes)
         said = [
-            f"{o if o != UNDECIDED else 'undecided'} at {_where(g, i == 0, i == len(groups) - 1)}"
+            f"{_GRID_WORDS.get(o, o)} at {_where(g, i == 0, i == len(groups) - 1)}"
             for i, (g, o) in enumerate(groups)
             if o
         ]
@@ -404,14 +434,38 @@ def _diagnostics_sentence(model: str, fails: Mapping[str, Sequence[str]]) -> str
     return f"Diagnostics for **{model}**: " + "; ".join(parts) + "."
 
 
-def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+def _upper_bound_headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+    """The headline's words for candidates whose numbers are upper bounds ("" without any)."""
     unverified = [k for k, c in categories.items() if c == UNVERIFIED]
+    unchecked = [k for k, c in categories.items() if c == UNCHECKED]
+    parts = []
     if unverified:
-        rest = {k: c for k, c in categories.items() if c != UNVERIFIED}
-        text = (
-            f"unverified for {', '.join(unverified)}: the gradient failed in every mode it was attacked under, "
-            "so its numbers are upper bounds, not robustness."
+        parts.append(
+            f"unverified for {', '.join(unverified)}: no gradient mode passed the gradient checks, so the "
+            "numbers are upper bounds, not robustness"
         )
+    if unchecked:
+        parts.append(
+            f"unchecked for {', '.join(unchecked)}: no gradient-masking checklist ran, so no number is called "
+            "robust"
+        )
+    if not parts:
+        return ""
+    ruled = [k for k in [*unverified, *unchecked] if details.get(k, {}).get("outcome") == NO_ADVANTAGE]
+    text = "; ".join(parts) + "."
+    if ruled:
+        text += (
+            f" Even as upper bounds they show no advantage of the minimum effect over the baseline at "
+            f"{', '.join(ruled)}: the claim is not supported there."
+        )
+    return text
+
+
+def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, Any]]) -> str:
+    bounds = set(UPPER_BOUND_CATEGORIES.values())
+    if any(c in bounds for c in categories.values()):
+        rest = {k: c for k, c in categories.items() if c not in bounds}
+        text = _upper_bound_headline(categories, details)
         return text + (f" Otherwise: {_headline(rest, details)}" if rest else "")
     cats = set(categories.values())
     if not cats:
@@ -433,6 +487,12 @@ def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, 
         return (
             "the claim is not supported: the model is no more robust than the baseline under honest attacks."
         )
+    if cats == {MASKING_INCONCLUSIVE}:
+        return (
+            "gradient masking: the robustness seen with blocked gradients disappears under attacks that "
+            "differentiate or bypass the front-end; whether what survives is above the baseline is inconclusive "
+            "at this scale."
+        )
     if cats == {NO_BASELINE}:
         return "no baseline was evaluated: the numbers below stand alone (compare with a patch ViT)."
     if cats == {ROBUST}:
@@ -447,8 +507,14 @@ def _headline(categories: Mapping[str, str], details: Mapping[str, Mapping[str, 
             f"at least the minimum effect, {scope}."
         )
     if cats == {ROBUST_THESE_NETWORKS}:
+        seeds = [int(d.get("architecture", {}).get("n_seeds") or 1) for d in details.values()]
+        why = (
+            "one training seed cannot confirm the architecture (train more seeds)"
+            if max(seeds, default=1) < 2
+            else "not every training seed clears the minimum effect on its own"
+        )
         return (
             "the claim is not confirmed for the architecture: these networks are more robust than the "
-            "baseline by at least the minimum effect, but the training seeds' own differences do not agree."
+            f"baseline by at least the minimum effect, but {why}."
         )
     return "mixed: " + "; ".join(f"{k}: {v}" for k, v in categories.items()) + "."

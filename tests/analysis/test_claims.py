@@ -9,6 +9,7 @@ the analytic cost model written out by hand.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -19,11 +20,14 @@ import pytest
 from robustbench_wave import report
 from robustbench_wave.analysis import claim_rules as cl
 from robustbench_wave.analysis import verdict as vd
+from robustbench_wave.evaluation.escalation import attack_name, is_escalation
 from robustbench_wave.evaluation.result import EvaluationResult
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.reporting import claims_page as rc
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.training.checkpoint import spec_sha256
 from tests.support.masking_models import NUM_CLASSES, baseline_spec, masking_spec, synthetic_records
+from tests.support.trust import checked, with_checklist
 
 N = 100
 
@@ -37,18 +41,42 @@ def _records(models: dict[str, dict], n: int = N) -> pd.DataFrame:
     return pd.concat([synthetic_records(m, spec, n=n) for m, spec in models.items()], ignore_index=True)
 
 
-def _claim3(records: pd.DataFrame) -> cl.Finding:
-    found = cl.robustness_claim([records], [0], scope="s", num_classes=NUM_CLASSES)
+#: Claim 3's finders with a checklist that passed every mode (the trust rule: tests/reporting/test_marks.py).
+robustness_claim = with_checklist(cl.robustness_claim)
+attribution = with_checklist(cl.attribution)
+
+
+def _claim3(records: pd.DataFrame | list[pd.DataFrame]) -> cl.Finding:
+    runs = [records] if isinstance(records, pd.DataFrame) else records
+    found = robustness_claim(runs, list(range(len(runs))), scope="s", num_classes=NUM_CLASSES)
     (finding,) = [f for f in found if "wavelet" in f.scope and "Linf" in f.scope]
     return finding
 
 
 # ------------------------------------------------------------------------------------------------ claim 3
 def test_claim3_robust_candidate_is_supported():
+    """+55 points in each of two training seeds: supported. At one seed the same +55 is a finding about these
+    networks alone, inconclusive (issue 39: one seed read 'supported' while three read 'inconclusive')."""
     rec = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
-    f = _claim3(rec)
+    f = _claim3([rec, rec])
     assert f.verdict == cl.SUPPORTED, f.reason
     assert "+55.0 pts" in f.measured  # 65 - 10 of 100, by construction
+    one = _claim3(rec)
+    assert one.verdict == cl.INCONCLUSIVE and "these networks" in one.reason, one.reason
+
+
+def test_claim3_more_seeds_that_each_clear_the_effect_never_weaken_it():
+    """Monotone in evidence: one seed at +55 is inconclusive, two are supported, and a third seed at +35
+    whose own interval clears the minimum effect keeps it supported (every seed clears it: a rule no such seed
+    can break); a seed at +5, which does not clear it, is what leaves the claim inconclusive."""
+    strong = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    clears = _records({"wavelet": _candidate(45, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    order = {cl.NOT_SUPPORTED: 0, cl.INCONCLUSIVE: 1, cl.SUPPORTED: 2}
+    verdicts = [_claim3(runs).verdict for runs in ([strong], [strong, strong], [strong, strong, clears])]
+    assert verdicts == [cl.INCONCLUSIVE, cl.SUPPORTED, cl.SUPPORTED]
+    assert all(order[a] <= order[b] for a, b in itertools.pairwise(verdicts))
+    weak = _records({"wavelet": _candidate(15, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
+    assert _claim3([strong, strong, weak]).verdict == cl.INCONCLUSIVE
 
 
 def test_claim3_candidate_whose_every_mode_failed_the_checklist_supports_nothing():
@@ -57,10 +85,14 @@ def test_claim3_candidate_whose_every_mode_failed_the_checklist_supports_nothing
     rec = _records({"wavelet": _candidate(65, blocked=70), "patch": baseline_spec(pgd=10, square=30)})
     modes = sorted(rec.loc[rec["model"] == "wavelet", "grad_mode"].unique())
     marks = {("wavelet", m): "failed gradient checks: gradient_mode_gap" for m in modes}
-    found = cl.robustness_claim([rec], [0], scope="s", num_classes=NUM_CLASSES, unverified=marks)
+    found = robustness_claim(
+        [rec, rec], [0, 1], scope="s", num_classes=NUM_CLASSES, trust=checked(rec, marks)
+    )
     (f,) = [f for f in found if "wavelet" in f.scope and "Linf" in f.scope]
     assert f.verdict == cl.INCONCLUSIVE and "unverified" in f.reason, f.reason
-    assert _claim3(rec).verdict == cl.SUPPORTED
+    assert _claim3([rec, rec]).verdict == cl.SUPPORTED
+    unchecked = cl.robustness_claim([rec, rec], [0, 1], scope="s", num_classes=NUM_CLASSES)  # no checklist
+    assert all(f.verdict == cl.INCONCLUSIVE for f in unchecked) and "unchecked" in unchecked[0].reason
 
 
 def test_claim3_masking_candidate_is_not_supported():
@@ -84,7 +116,7 @@ def _chain(sparse_gain: int) -> pd.DataFrame:
 
 
 def _attribution(runs: list[pd.DataFrame], **kw) -> cl.Finding:
-    f = cl.attribution(runs, list(range(len(runs))), scope="s", num_classes=NUM_CLASSES, threat="Linf", **kw)
+    f = attribution(runs, list(range(len(runs))), scope="s", num_classes=NUM_CLASSES, threat="Linf", **kw)
     assert f is not None
     return f
 
@@ -115,14 +147,14 @@ def test_attribution_follows_the_verdicts_rules():
     assert row["significant"] and not row["clears"] and small.verdict != cl.SUPPORTED, small.reason
     modes = sorted(_chain(46).loc[lambda d: d["model"] == "wavelet", "grad_mode"].unique())
     marks = {("wavelet", m): "failed gradient checks: gradient_mode_gap" for m in modes}
-    masked = _attribution([_chain(46)] * 3, unverified=marks)
+    masked = _attribution([_chain(46)] * 3, trust=checked(_chain(46), marks))
     assert masked.verdict == cl.INCONCLUSIVE and "wavelet unverified" in masked.reason, masked.reason
     one_mode_left = {k: v for k, v in marks.items() if k[1] != modes[0]}
-    assert _attribution([_chain(46)] * 3, unverified=one_mode_left).verdict == cl.SUPPORTED
+    assert _attribution([_chain(46)] * 3, trust=checked(_chain(46), one_mode_left)).verdict == cl.SUPPORTED
 
 
 def test_attribution_without_a_sparsification_effect_is_not_supported():
-    f = cl.attribution([_chain(0)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    f = attribution([_chain(0)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
     assert f.verdict == cl.NOT_SUPPORTED  # zero discordant pairs on 100 images: within ±10 points by TOST
     assert "within ±10 points by two one-sided tests" in f.reason and "100 images" in f.reason
 
@@ -141,6 +173,12 @@ def _pooled_model(exact: int, bpda: int, blocked: int = 90, n: int = N) -> pd.Da
     return synthetic_records("patch-tokenpool", spec, n=n)
 
 
+def _claim5(records: list[pd.DataFrame], **kw) -> list[cl.Finding]:
+    """Claim 5's findings at L∞, by default with a checklist that judged every mode and passed it."""
+    kw.setdefault("trust", checked(records))
+    return [f for f in cl.assignment_masking_claim(records, scope="s", **kw) if "Linf" in f.scope]
+
+
 @pytest.mark.parametrize(
     ("exact", "bpda", "n", "expected"),
     [
@@ -151,11 +189,7 @@ def _pooled_model(exact: int, bpda: int, blocked: int = 90, n: int = N) -> pd.Da
     ],
 )
 def test_claim5_exact_vs_bpda(exact, bpda, n, expected):
-    (f,) = [
-        x
-        for x in cl.assignment_masking_claim([_pooled_model(exact, bpda, n=n)], scope="s")
-        if "Linf" in x.scope
-    ]
+    (f,) = _claim5([_pooled_model(exact, bpda, n=n)])
     assert f.verdict == expected, f.reason
     row = f.table.set_index("comparison").loc["exact − bpda"]
     assert row["diff"] == pytest.approx((exact - bpda) / n)
@@ -163,13 +197,168 @@ def test_claim5_exact_vs_bpda(exact, bpda, n, expected):
 
 def test_claim5_finds_pooled_models_by_their_spec_not_only_their_name():
     records = _pooled_model(60, 20).assign(model="patch-kmeans-48-32-16-16")
-    assert cl.assignment_masking_claim([records], scope="s") == []  # the name alone does not say it pools
-    found = cl.assignment_masking_claim([records], scope="s", pooled={"patch-kmeans-48-32-16-16"})
+    assert _claim5([records]) == []  # the name alone does not say it pools
+    found = _claim5([records], pooled={"patch-kmeans-48-32-16-16"})
     assert {f.verdict for f in found} == {cl.SUPPORTED}
 
     specs = {"patch-kmeans-48-32-16-16": {"tokenpool": {"method": "kmeans"}}, "patch": {"tokenizer": "patch"}}
     run = _meta_only({"models": {m: {"model_spec": s} for m, s in specs.items()}})  # meta.json's part
     assert rc.pooled_models([run]) == {"patch-kmeans-48-32-16-16"}
+
+
+def _with_shared_attacks(exact: int, bpda: int, held: int) -> pd.DataFrame:
+    """:func:`_pooled_model` plus the attacks every gradient mode records alike (Square, transfer, noise, a
+    low-frequency PGD), Square and the low-frequency PGD holding ``held`` examples, an escalation's Square
+    (gradient-free) half as many."""
+    spec = {
+        ("exact", "pgd_linf", "pgd", "white-box"): exact,
+        ("bpda", "pgd_linf", "pgd", "white-box"): bpda,
+        ("blocked", "pgd_linf", "pgd", "white-box"): 90,
+    }
+    for mode in ("exact", "bpda", "blocked"):
+        spec[(mode, "square", "square", "black-box")] = held
+        spec[(mode, "lowfreq_pgd_linf", "lowfreq-pgd", "white-box")] = held
+        spec[(mode, "transfer", "transfer", "transfer")] = 30
+        spec[(mode, "noise_sign", "noise", "noise")] = 95
+        spec[(mode, attack_name("square_5000", "Linf"), "square", "black-box")] = held // 2
+    return synthetic_records("patch-tokenpool", spec)
+
+
+def test_claim5_compares_white_box_gradient_rows_only():
+    """Exact PGD keeps 60%, BPDA 20%: a Square and a low-frequency PGD holding 11% (an escalation's Square 5%)
+    under every mode floored both modes' worst case and read "+0.0, not supported"; the gap between the
+    gradients is the white-box rows', as the verdict's masking pair reads them."""
+    records = [_with_shared_attacks(60, 20, held=11)]
+    assert is_escalation(attack_name("square_5000", "Linf"))  # gradient-free: the kind filter drops it
+    (f,) = _claim5(records)
+    assert f.verdict == cl.SUPPORTED, f.reason
+    table = f.table.set_index("comparison")
+    assert table.loc["exact − bpda", "diff"] == pytest.approx(0.40)
+    assert (table.loc["exact − bpda", "a"], table.loc["exact − bpda", "b"]) == pytest.approx((0.60, 0.20))
+    assert table.loc["blocked − exact", "diff"] == pytest.approx(0.30)  # 90 − 60, not 11 − 5
+    assert "+40.0 pts" in f.measured
+    # the same rows the verdict's masking pair reads for the blocked mode
+    blocked = vd.white_box_flags(records[0], "blocked", "Linf", 0.1)
+    assert blocked is not None and blocked.sum() == 90
+    assert vd.masking_pair(records[0], "patch-tokenpool", "Linf", 0.1)[0].equals(blocked)
+
+
+def _failed(model: str, failed: dict[str, str], modes: tuple[str, ...] = ("exact", "blocked", "bpda")):
+    """The trust of a run whose checklist judged ``modes`` of ``model``; ``failed``: mode -> failed check."""
+    checks = [{"name": "gradient_health", "grad_mode": m, "passed": True} for m in modes]
+    checks += [{"name": name, "grad_mode": m, "passed": False} for m, name in failed.items()]
+    meta = {"models": {model: {"grad_modes": list(modes)}}}
+    return Trust.from_run(meta, [{"model": model, "checks": checks}])
+
+
+def test_claim5_needs_a_trusted_bpda_side():
+    """A masking claim needs BPDA to be a real attack: a BPDA mode that failed a check of the checklist, or
+    that no checklist judged, decides nothing (the published tokenpool run's bpda-assignment failed
+    gradient_mode_gap); exact failing its checks alone does not block the verdict, and the reason says so."""
+    records = [_pooled_model(60, 20)]
+    (f,) = _claim5(records, trust=_failed("patch-tokenpool", {"bpda": "gradient_mode_gap"}))
+    assert f.verdict == cl.INCONCLUSIVE
+    assert (
+        "bpda is not a trusted attack on patch-tokenpool (failed gradient checks: gradient_mode_gap)"
+        in f.reason
+    )
+    assert "exact vs bpda" in f.reason and "exact gradients are not trusted" not in f.reason
+    (f,) = _claim5(
+        records, trust=_failed("patch-tokenpool", {"bpda": "gradient_mode_gap", "exact": "gradient_health"})
+    )
+    assert f.verdict == cl.INCONCLUSIVE and "exact gradients are not trusted either" in f.reason
+    (f,) = _claim5(records, trust=None)  # no checklist ran
+    assert f.verdict == cl.INCONCLUSIVE and "(no gradient checklist judged it)" in f.reason
+    (f,) = _claim5(records, trust=_failed("patch-tokenpool", {}, modes=("exact", "blocked")))  # bpda unjudged
+    assert f.verdict == cl.INCONCLUSIVE and "bpda is not a trusted attack" in f.reason
+    (f,) = _claim5(records, trust=_failed("patch-tokenpool", {"exact": "whitebox_beats_blackbox"}))
+    assert f.verdict == cl.SUPPORTED, f.reason
+    assert "exact gradients are not trusted: failed gradient checks: whitebox_beats_blackbox" in f.reason
+
+
+def test_claim5_trusts_the_mode_it_judges_not_plain_bpda():
+    """On wavelet-tokenpool the judged side is bpda-assignment: a failed check under plain bpda (which also
+    switches the wavelet mask) does not block it, one under bpda-assignment does."""
+    records = [_two_front_ends(60, 20, 20)]
+    plain = checked(
+        records, marks={("wavelet-tokenpool", "bpda"): "failed gradient checks: gradient_mode_gap"}
+    )
+    (f,) = _claim5(records, assignment_only=set(), trust=plain)
+    assert f.verdict == cl.SUPPORTED, f.reason
+    scoped = checked(
+        records, marks={("wavelet-tokenpool", "bpda-assignment"): "failed gradient checks: gradient_mode_gap"}
+    )
+    (f,) = _claim5(records, assignment_only=set(), trust=scoped)
+    assert f.verdict == cl.INCONCLUSIVE and "bpda-assignment is not a trusted attack" in f.reason
+
+
+def _at_both_threats(records: pd.DataFrame) -> pd.DataFrame:
+    """The records once more at L2 (the attacks' rows only; the clean rows are shared)."""
+    attacks = records[records["kind"] != "clean"].assign(threat="L2")
+    return pd.concat([records, attacks], ignore_index=True)
+
+
+def test_claim5_is_decided_on_holm_adjusted_p_values():
+    """Exact keeps 60 of 100 examples, BPDA 41: the gap's 95% interval clears 10 points on its own (one-sided
+    p = 0.0145 < 0.025), but twice, at L∞ and L2 of one call, Holm doubles the smaller p (0.029): neither
+    finding may claim masking. Beside a finding whose gap is far beyond the margin, Holm's step-down leaves
+    it supported again; the table shows the raw and the Holm p of each test."""
+    (alone,) = _claim5([_pooled_model(60, 41)], threats=("Linf",))
+    assert alone.verdict == cl.SUPPORTED, alone.reason
+    two = [_at_both_threats(_pooled_model(60, 41))]
+    found = cl.assignment_masking_claim(two, scope="s", trust=checked(two))
+    assert [f.scope.split(" · ")[-1] for f in found] == ["Linf ε = 0.1", "L2 ε = 0.1"]
+    assert [f.verdict for f in found] == [cl.INCONCLUSIVE] * 2, [f.reason for f in found]
+
+    row = alone.table.iloc[0]  # a family of one: the Holm p is the raw p
+    assert row["p clears"] == pytest.approx(0.0145, abs=5e-4) and row["p clears (Holm)"] == row["p clears"]
+    for f in found:
+        assert "not after Holm: 0.029" in f.reason and "Holm over 2 findings" in f.reason
+        row = f.table.iloc[0]
+        assert row["p clears"] == pytest.approx(0.0145, abs=5e-4)
+        assert row["p clears (Holm)"] == pytest.approx(2 * row["p clears"])
+        assert row["p (Holm)"] == pytest.approx(2 * row["p"]) and row["p TOST (Holm)"] == pytest.approx(1.0)
+        cols = list(f.table.columns)
+        for name in ("p", "p clears", "p TOST"):
+            assert cols.index(f"{name} (Holm)") == cols.index(name) + 1  # side by side
+        assert f.table[["p (Holm)", "p clears (Holm)", "p TOST (Holm)"]].iloc[1:].isna().all().all()
+
+    strong = [pd.concat([_pooled_model(60, 41), _pooled_model(90, 20).assign(model="patch-tokenpool-b")])]
+    found = cl.assignment_masking_claim(strong, scope="s", threats=("Linf",), trust=checked(strong))
+    assert {f.scope.split(" · ")[1]: f.verdict for f in found} == {
+        "patch-tokenpool": cl.SUPPORTED,  # step-down: 0.0145 is the larger p, multiplied by 1
+        "patch-tokenpool-b": cl.SUPPORTED,
+    }
+
+
+def test_claim5_on_the_claims_page_reads_the_runs_checklist():
+    """The claims page passes the group's trust (meta.json and diagnostics.json) to claim 5."""
+    records = _pooled_model(60, 20).replace({"grad_mode": {"bpda": "bpda-assignment"}})
+    modes = ("exact", "blocked", "bpda-assignment")
+    meta = {
+        "dataset": {"name": "synthetic", "info": {"num_classes": NUM_CLASSES, "slug": "d"}},
+        "n_examples": N,
+        "models": {"patch-tokenpool": {"train_seed": 0, "grad_modes": list(modes)}},
+    }
+    checks = [{"name": "gradient_health", "grad_mode": m, "passed": True} for m in modes]
+    failed = [*checks, {"name": "gradient_mode_gap", "grad_mode": "bpda-assignment", "passed": False}]
+    cases = [
+        (
+            [{"model": "patch-tokenpool", "checks": checks}],
+            cl.SUPPORTED,
+            "exact vs bpda-assignment: exact McNemar",
+        ),
+        (
+            [{"model": "patch-tokenpool", "checks": failed}],
+            cl.INCONCLUSIVE,
+            "(failed gradient checks: gradient_mode_gap)",
+        ),
+        ([], cl.INCONCLUSIVE, "(no gradient checklist judged it)"),  # --no-diagnostics
+    ]
+    for diagnostics, expected, words in cases:
+        run = RunFolder(Path("run"), records, meta, diagnostics)
+        (f,) = [x for x in rc.CLAIMS[5].finder(rc.ClaimInputs(runs=[run])) if "Linf" in x.scope]
+        assert f.verdict == expected and words in f.reason, f.reason
 
 
 # ------------------------------------------------------------------------------------------------ claim 1
@@ -499,11 +688,11 @@ def test_claim5_rule_states_the_constant_the_analysis_decides_with(monkeypatch):
     assert f"(α = {cl.ALPHA})" in rc.CLAIMS[5].rule_text()
     # exact keeps 6, BPDA 4 of 20 examples (nested): p = 0.5 and a 90% interval reaching past 10 points
     wide = [_pooled_model(6, 4, n=20)]
-    (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
+    (f,) = _claim5(wide)
     assert f.verdict == cl.INCONCLUSIVE and "not shown within ±10 points" in f.reason
     monkeypatch.setattr(vd, "EQUIVALENCE_MARGIN", 0.35)
     assert "within ±35 points" in rc.CLAIMS[5].rule_text()
-    (f,) = [x for x in cl.assignment_masking_claim(wide, scope="s") if "Linf" in x.scope]
+    (f,) = _claim5(wide)
     assert f.verdict == cl.NOT_SUPPORTED and "within ±35 points" in f.reason  # the two move together
     monkeypatch.setattr(cl, "MIN_SEEDS", 5)
     assert "at least 5 seeds" in rc.CLAIMS[1].rule_text()
@@ -538,32 +727,24 @@ def test_renamed_zoo_models_change_the_table_not_the_finders():
     zoo = dataclasses.replace(
         cl.ZOO, candidate="w4", baseline="p0", family="w", chain=tuple(rename(s) for s in cl.ZOO.chain)
     )
-    assert cl.attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf") is None
-    f = cl.attribution([records] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    assert attribution([records], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf") is None
+    f = attribution([records] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
     assert f is not None and f.verdict == cl.SUPPORTED and "sparsification step +46.0 pts" in f.reason
     assert cl.claim3_models(["w4", "w3", "p0", "w4-tokenpool"], zoo) == (["w4", "w3"], "p0")
     no_step = records[records["model"] != "w3"]
-    f = cl.attribution([no_step], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
+    f = attribution([no_step], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf", zoo=zoo)
     assert f.reason == "w3 and w4 were not both attacked: the sparsification step is unmeasured"
 
 
 def test_claim5_judges_the_assignment_alone_and_applies_the_floor():
     records = [_pooled_model(60, 20)]
-    (f,) = [
-        x for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set()) if "Linf" in x.scope
-    ]
+    (f,) = _claim5(records, assignment_only=set())
     assert f.verdict == cl.INCONCLUSIVE and "is not the assignment's gap alone" in f.reason
-    (f,) = [
-        x
-        for x in cl.assignment_masking_claim(
-            records, scope="s", assignment_only={"patch-tokenpool"}, num_classes=4
-        )
-        if "Linf" in x.scope
-    ]
+    (f,) = _claim5(records, assignment_only={"patch-tokenpool"}, num_classes=4)
     assert f.verdict == cl.SUPPORTED
     # clean accuracy 40% with 4 classes: under the floor of 50%
     low = [records[0].assign(correct=records[0]["correct"] & (records[0]["example_id"] < 40))]
-    (f,) = [x for x in cl.assignment_masking_claim(low, scope="s", num_classes=4) if "Linf" in x.scope]
+    (f,) = _claim5(low, num_classes=4)
     assert f.verdict == cl.INCONCLUSIVE and "under the floor of 50.0%" in f.reason
 
 
@@ -590,11 +771,7 @@ def _two_front_ends(exact: int, bpda: int, assignment: int | None) -> pd.DataFra
 )
 def test_claim5_judges_wavelet_tokenpool_by_the_assignment_mode_alone(bpda, assignment, expected):
     records = [_two_front_ends(60, bpda, assignment)]
-    (f,) = [
-        x
-        for x in cl.assignment_masking_claim(records, scope="s", assignment_only=set(), num_classes=4)
-        if "Linf" in x.scope
-    ]
+    (f,) = _claim5(records, assignment_only=set(), num_classes=4)
     assert f.verdict == expected, f.reason
     assert "assignment only" in f.measured and "exact vs bpda-assignment" in f.reason
     table = f.table.set_index("comparison")
@@ -604,13 +781,7 @@ def test_claim5_judges_wavelet_tokenpool_by_the_assignment_mode_alone(bpda, assi
 
 
 def test_claim5_without_the_assignment_mode_says_which_run_to_make():
-    (f,) = [
-        x
-        for x in cl.assignment_masking_claim(
-            [_two_front_ends(60, 20, None)], scope="s", assignment_only=set()
-        )
-        if "Linf" in x.scope
-    ]
+    (f,) = _claim5([_two_front_ends(60, 20, None)], assignment_only=set())
     assert (
         f.verdict == cl.INCONCLUSIVE
         and "--grad-modes wavelet-tokenpool=exact,blocked,bpda,bpda-assignment" in f.reason
@@ -618,9 +789,7 @@ def test_claim5_without_the_assignment_mode_says_which_run_to_make():
     assert "every fixed front-end" in f.measured
     # one seed without the scoped rows: the seeds cannot be pooled on it, so the fallback decides
     mixed = [_two_front_ends(60, 20, 20), _two_front_ends(60, 20, None)]
-    (f,) = [
-        x for x in cl.assignment_masking_claim(mixed, scope="s", assignment_only=set()) if "Linf" in x.scope
-    ]
+    (f,) = _claim5(mixed, assignment_only=set())
     assert f.verdict == cl.INCONCLUSIVE
 
 
@@ -642,8 +811,8 @@ def test_assignment_only_models_from_the_recorded_specs():
 
 
 def test_the_same_attribution_run_three_times_is_the_single_run():
-    one = cl.attribution([_chain(46)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
-    three = cl.attribution([_chain(46)] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    one = attribution([_chain(46)], [0], scope="s", num_classes=NUM_CLASSES, threat="Linf")
+    three = attribution([_chain(46)] * 3, [0, 1, 2], scope="s", num_classes=NUM_CLASSES, threat="Linf")
     cols = ["diff", "ci_low", "ci_high", "p", "p (Holm)", "p TOST", "images"]
     pd.testing.assert_frame_equal(one.table[cols], three.table[cols])
     assert set(three.table["seeds"]) == {3}

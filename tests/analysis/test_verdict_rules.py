@@ -20,7 +20,7 @@ import pytest
 from robustbench_wave.analysis.verdict import (
     INCONCLUSIVE,
     MASKING,
-    MORE,
+    MORE_NETWORKS,
     NO_DIFFERENCE,
     ROBUST,
     ROBUST_THESE_NETWORKS,
@@ -29,8 +29,12 @@ from robustbench_wave.analysis.verdict import (
     judge,
 )
 from robustbench_wave.evaluation.metrics import holm_adjusted, paired_table, seed_interval, t_quantile
-from robustbench_wave.reporting.verdict_text import verdict
+from robustbench_wave.reporting import verdict_text
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
+from tests.support.trust import checked, with_checklist
+
+#: The rules of the numbers, with a checklist that passed every mode (the trust rule: tests/reporting/test_marks.py).
+verdict = with_checklist(verdict_text.verdict)
 
 KEY = ["model", "grad_mode", "attack", "eps", "example_id"]
 
@@ -73,9 +77,14 @@ def test_the_verdict_says_where_the_advantage_ends():
     two), no more robust at 0.1."""
     v = verdict(_run({0.03: 500, 0.1: 100}, {0.03: 300, 0.1: 100}, 1000), num_classes=4, threats=("Linf",))
     d = v.details["w@Linf"]
-    assert v.categories == {"w@Linf": ROBUST}
-    assert d["grid_outcomes"] == {"0.03": MORE, "0.1": NO_DIFFERENCE} and d["advantage_eps"] == [0.03]
-    assert "Against the baseline: more robust at ε = 0.03, no more robust at ε = 0.1." in v.text
+    assert v.categories == {"w@Linf": ROBUST_THESE_NETWORKS}  # one training seed: these networks only
+    assert d["grid_outcomes"] == {"0.03": MORE_NETWORKS, "0.1": NO_DIFFERENCE} and d["advantage_eps"] == [
+        0.03
+    ]
+    assert (
+        "Against the baseline: more robust for these networks only at ε = 0.03, no more robust at ε = 0.1."
+        in v.text
+    )
     assert "The advantage ends above ε = 0.03." in v.text
 
 
@@ -114,8 +123,10 @@ def test_networks_more_robust_but_not_across_seeds():
     assert v.categories == {"w@Linf": ROBUST_THESE_NETWORKS}
     assert "the architecture claim is not confirmed" in v.text
     one = verdict(runs[0], num_classes=4, threats=("Linf",))
-    assert one.categories == {"w@Linf": ROBUST}
-    assert "the architecture claim cannot be confirmed beyond them" in one.text
+    assert one.categories == {
+        "w@Linf": ROBUST_THESE_NETWORKS
+    }  # one seed: never a claim about the architecture
+    assert "a claim about the architecture needs 2 seeds" in one.text
 
 
 def test_seed_interval_against_hand_computed_t():
@@ -139,9 +150,9 @@ def test_a_p_value_that_passes_alone_fails_among_several():
     clears the minimum effect any more."""
     assert paired_table(20, 31, 0, 149).one_sided_p(0.10, lower=True) == pytest.approx(0.0155, abs=1e-4)
     alone = _run({0.1: 51}, {0.1: 20}, 200)
-    assert verdict(alone, num_classes=4, threats=("Linf",)).categories == {"w@Linf": ROBUST}
+    assert verdict(alone, num_classes=4, threats=("Linf",)).categories == {"w@Linf": ROBUST_THESE_NETWORKS}
     two = pd.concat([alone, _run({0.1: 51}, {0.1: 20}, 200, name="v")]).drop_duplicates(KEY)
-    j = judge(two, num_classes=4, threats=("Linf",), baseline="p")
+    j = judge(two, num_classes=4, threats=("Linf",), baseline="p", trust=checked(two))
     assert j.categories == {"w@Linf": INCONCLUSIVE, "v@Linf": INCONCLUSIVE}
     d = j.details["w@Linf"]
     assert d["holm_family"] == 2 and d["p_adjusted"]["more"] == pytest.approx(2 * 0.0155, abs=2e-4)

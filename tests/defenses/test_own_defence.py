@@ -22,6 +22,7 @@ from robustbench_wave.defenses import AttackOptions, build_table
 from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, own_attack_command
 from robustbench_wave.defenses.table import judge_broken, title
 from robustbench_wave.evaluation.metrics import paired_table, robust_flags, wilson_interval
+from robustbench_wave.evaluation.trust import Standing, Trust
 from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.runs import RunFolder, load_run
 
@@ -152,9 +153,19 @@ def test_a_users_defence_is_tabulated_against_its_twin_in_the_same_runs(tmp_path
     assert row["paired_p"] == pytest.approx(p)
     diff = (only_ours - only_theirs) / len(ours)
     assert row["paired_diff"] == pytest.approx(diff)
-    # n = 16: a 95% interval narrower than ±10 points is impossible, so only a significant test decides
-    expected = (diff < 0) if p < 0.05 else math.nan
-    assert row["broken"] == expected or (math.isnan(expected) and math.isnan(row["broken"]))
+    # n = 16: a 95% interval narrower than ±10 points is impossible, so only a significant test decides;
+    # what the numbers are (the checklist of the run) decides what the table may say of them
+    trust = Trust.from_run(runs[ADAPTIVE].meta, runs[ADAPTIVE].diagnostics)
+    standing = trust.standing(defence, sorted(set(records[records["model"] == defence]["grad_mode"])))
+    base = trust.standing(twin, sorted(set(records[records["model"] == twin]["grad_mode"])))
+    assert row["standing"] == standing.value and row["baseline_standing"] == base.value
+    if not standing.trusted:  # an upper bound: broken only when it is significantly below a verified twin
+        expected = "yes" if p < 0.05 and diff < 0 and base.trusted else standing.value
+    elif p < 0.05 and diff < 0:  # less robust: shown only against a twin whose number is no upper bound
+        expected = "yes" if base.trusted else "inconclusive"
+    else:
+        expected = "no" if p < 0.05 and row["paired_low"] > 0.10 else "inconclusive"
+    assert row["broken"] == expected
     text = (out / "gallery.txt").read_text()
     assert twin in text and "vs baseline (paired)" in text
 
@@ -168,14 +179,17 @@ def _rows(model: str, mode: str, attack: str, kind: str, broken: set[int], n: in
     ]  # fmt: skip
 
 
-def _run(models: dict[str, set[int]], n: int = 10) -> RunFolder:
-    """One run of several models: per model, the examples PGD breaks (none is clean-wrong)."""
+def _run(models: dict[str, set[int]], n: int = 10, checked: bool = True) -> RunFolder:
+    """One run of several models: per model, the examples PGD breaks (none is clean-wrong); ``checked``: a
+    checklist judged every model and each passed (the verified numbers the comparisons below rest on)."""
     rows = []
     for model, broken in models.items():
         rows += _rows(model, "exact", "clean", "clean", set(), n) + _rows(
             model, "exact", "pgd", "white-box", broken, n
         )
-    return RunFolder(Path("/runs/x"), pd.DataFrame(rows), {}, [])
+    passed = [{"name": "gradient_health", "grad_mode": "exact", "passed": True}]
+    diagnostics = [{"model": m, "checks": passed} for m in models] if checked else []
+    return RunFolder(Path("/runs/x"), pd.DataFrame(rows), {}, diagnostics)
 
 
 def _own_table(ours: set[int], theirs: set[int] | None, n: int = 10) -> pd.Series:
@@ -192,29 +206,44 @@ def test_the_broken_judgement_is_the_paired_test_on_the_same_images() -> None:
     row = _own_table(ours={8, 9}, theirs=set(range(2, 10)))
     assert row["adaptive"] == 0.8 and row["baseline_adaptive"] == 0.2
     assert row["paired_p"] == pytest.approx(2 / 64) and row["paired_diff"] == pytest.approx(0.6)
-    assert row["broken"] is False or row["broken"] == False  # noqa: E712 (a numpy bool in an object column)
+    assert row["broken"] == "no" and row["standing"] == "verified"
     low, high = wilson_interval(2, 10)
     assert row["baseline_adaptive_low"] == pytest.approx(low) and row[
         "baseline_adaptive_high"
     ] == pytest.approx(high)
     # the reverse, 1/10 vs 8/10 with seven discordant pairs against it: p = 2 / 2^7, broken
-    assert _own_table(ours=set(range(1, 10)), theirs={8, 9})["broken"] == True  # noqa: E712
+    assert _own_table(ours=set(range(1, 10)), theirs={8, 9})["broken"] == "yes"
     # the same flags on 10 images: neither significant nor provably within ±10 points -> inconclusive
-    assert math.isnan(_own_table(ours={1, 2, 3}, theirs={1, 2, 3})["broken"])
+    assert _own_table(ours={1, 2, 3}, theirs={1, 2, 3})["broken"] == "inconclusive"
     # ... and on 400 images the equivalence test decides: broken
-    assert _own_table(ours=set(range(200)), theirs=set(range(200)), n=400)["broken"] == True  # noqa: E712
+    assert _own_table(ours=set(range(200)), theirs=set(range(200)), n=400)["broken"] == "yes"
 
 
 def test_the_rule_against_a_hand_made_table() -> None:
-    assert judge_broken(paired_table(both=2, only_a=6, only_b=0, neither=2)) is False
-    assert judge_broken(paired_table(both=2, only_a=0, only_b=6, neither=2)) is True
-    assert math.isnan(judge_broken(paired_table(both=2, only_a=2, only_b=2, neither=4)))
-    assert judge_broken(paired_table(both=300, only_a=3, only_b=3, neither=94)) is True  # TOST within ±10
+    assert judge_broken(paired_table(both=2, only_a=6, only_b=0, neither=2)) == "no"
+    assert judge_broken(paired_table(both=2, only_a=0, only_b=6, neither=2)) == "yes"
+    assert judge_broken(paired_table(both=2, only_a=2, only_b=2, neither=4)) == "inconclusive"
+    assert judge_broken(paired_table(both=300, only_a=3, only_b=3, neither=94)) == "yes"  # TOST within ±10
+    # the same tables with the defence's numbers upper bounds: never "no"; "yes" only against a verified twin
+    up = {"standing": Standing.UNVERIFIED}
+    assert judge_broken(paired_table(both=2, only_a=6, only_b=0, neither=2), **up) == "unverified"
+    assert judge_broken(paired_table(both=2, only_a=0, only_b=6, neither=2), **up) == "yes"
+    assert judge_broken(paired_table(both=300, only_a=3, only_b=3, neither=94), **up) == "yes"
+    assert (
+        judge_broken(
+            paired_table(both=2, only_a=0, only_b=6, neither=2), **up, base_standing=Standing.UNCHECKED
+        )
+        == "unverified"
+    )
+    # a verified defence against a baseline that is an upper bound: only an advantage stands
+    unsure = {"base_standing": Standing.UNVERIFIED}
+    assert judge_broken(paired_table(both=2, only_a=6, only_b=0, neither=2), **unsure) == "no"
+    assert judge_broken(paired_table(both=2, only_a=0, only_b=6, neither=2), **unsure) == "inconclusive"
 
 
 def test_without_a_baseline_the_table_says_nothing_judges_it() -> None:
     row = _own_table(ours={1}, theirs=None)
-    assert row["baseline"] == "" and math.isnan(row["broken"]) and math.isnan(row["paired_p"])
+    assert row["baseline"] == "" and row["broken"] == "no baseline" and math.isnan(row["paired_p"])
     run = _run({"mine": {1}})
     table = build_table({"mine": {NAIVE: run, ADAPTIVE: run}}, own={"mine": None})
     from robustbench_wave.defenses.table import formatted
@@ -241,12 +270,12 @@ def test_gallery_rows_are_paired_with_the_cnn_beside_an_own_row() -> None:
     assert table.loc["bit_depth", "baseline"] == "cnn" and table.loc["bit_depth", "baseline_adaptive"] == 0.5
     # one discordant pair, for the defence: p = 1, and 10 images can show no 10-point rule either way
     assert table.loc["bit_depth", "paired_p"] == pytest.approx(1.0)
-    assert math.isnan(table.loc["bit_depth", "broken"]) and table.loc["cnn", "baseline"] == ""
+    assert table.loc["bit_depth", "broken"] == "inconclusive" and table.loc["cnn", "baseline"] == ""
     assert table.loc["mine", "baseline"] == "twin" and table.loc["mine", "adaptive"] == 1.0
     # 10/10 vs 5/10, five discordant pairs all for the defence: the exact test of no difference gives
     # p = 2 / 2^5 = 0.0625, but the rule asks whether the 95% interval [+11.7, +76.3] clears +10 points: it does
     assert table.loc["mine", "paired_p"] == pytest.approx(2 / 32)
-    assert table.loc["mine", "paired_low"] > 0.10 and table.loc["mine", "broken"] is False
+    assert table.loc["mine", "paired_low"] > 0.10 and table.loc["mine", "broken"] == "no"
     with pytest.raises(ValueError, match="undefended CNN"):
         build_table({"bit_depth": runs["bit_depth"], "mine": runs["mine"]}, own={"mine": "twin"})
 
@@ -372,13 +401,13 @@ def test_the_docs_own_defence_command_parses_in_the_current_vocabulary(page: str
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # no deprecated spelling
 
 
-#: The gallery table's columns before own defences existed: a table of the gallery alone keeps exactly them.
+#: The gallery table's columns (own defences add none): a table of the gallery alone has exactly them.
 GALLERY_COLUMNS = [
     "defence", "source", "broken_by", "threat", "eps", "model", "n",
     *[f"{c}{s}" for c in ("clean", "exact", "naive", "adaptive") for s in ("", "_low", "_high")],
-    "modes_naive", "modes_adaptive", "checks_naive", "checks_adaptive",
-    "baseline", "baseline_adaptive", "baseline_adaptive_low", "baseline_adaptive_high",
-    "paired_diff", "paired_low", "paired_high", "paired_p", "broken", "within_undefended",
+    "modes_naive", "modes_adaptive", "checks_naive", "checks_adaptive", "standing", "untrusted_modes",
+    "baseline", "baseline_adaptive", "baseline_adaptive_low", "baseline_adaptive_high", "baseline_standing",
+    "paired_diff", "paired_low", "paired_high", "paired_p", "outcome", "broken", "within_undefended",
 ]  # fmt: skip
 
 

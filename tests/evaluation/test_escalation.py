@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from robustbench_wave.analysis.diagnostics import run_diagnostics
-from robustbench_wave.analysis.verdict import unverified_cells
 from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
 from robustbench_wave.attacks import load_suite, parse_suite
 from robustbench_wave.data import LabelledImages, dataset_info, load_split, load_test_images, to_float
@@ -28,6 +27,7 @@ from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import escalation as esc
 from robustbench_wave.evaluation.metrics import robust_flags
 from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.models.autobpda import LOST, NO_RULE, STRAIGHT_THROUGH, auto_bpda
 from tests.support import external_models as ext
 from tests.support import masking_models as mm
@@ -132,7 +132,9 @@ def test_the_published_zoo_demo_escalates_the_wavelet_vit_whose_every_mode_faile
     assert wavelet is not None and "every gradient mode (blocked, bpda, exact)" in wavelet
     modes = {"patch": ["exact"], "wavelet": ["exact", "blocked", "bpda"]}
     meta = {"models": {m: {"grad_modes": v} for m, v in modes.items()}}
-    assert sorted(unverified_cells(meta, reports)) == [("wavelet", m) for m in ("blocked", "bpda", "exact")]
+    assert sorted(Trust.from_run(meta, reports).marks) == [
+        ("wavelet", m) for m in ("blocked", "bpda", "exact")
+    ]
 
 
 def exact_linf_robust(linear: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:

@@ -12,12 +12,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from robustbench_wave.analysis.verdict import ROBUST, UNVERIFIED, unverified_cells
+from robustbench_wave.analysis.verdict import (
+    BOUND_UNDECIDED,
+    NO_ADVANTAGE,
+    ROBUST_THESE_NETWORKS,
+    UNCHECKED,
+    UNVERIFIED,
+)
+from robustbench_wave.evaluation.trust import Standing, Trust
 from robustbench_wave.reporting.markdown import comparison_markdown
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.reporting.tables import MARK, MARK_COLUMN, MARK_LEGEND, write_tables
 from robustbench_wave.reporting.verdict_text import verdict
 from tests.support.masking_models import baseline_spec, masking_spec, synthetic_records
+from tests.support.trust import checked
 
 MODES = ("exact", "blocked", "bpda")
 ALL_MARKED = {("wavelet", m): "failed gradient checks: gradient_health" for m in MODES}
@@ -73,27 +81,71 @@ def test_without_marks_the_tables_are_as_before(tmp_path: Path) -> None:
 
 def test_the_verdict_never_quotes_a_marked_cell_as_robustness() -> None:
     records = _records()
-    honest = verdict(records, num_classes=4, threats=("Linf",))
-    assert honest.categories == {"wavelet@Linf": ROBUST}
+    honest = verdict(records, num_classes=4, threats=("Linf",), trust=checked(records))
+    assert honest.categories == {"wavelet@Linf": ROBUST_THESE_NETWORKS}
     assert "**wavelet** keeps **85.0%**" in honest.text  # quoted as robustness when nothing is marked
-    marked = verdict(records, num_classes=4, threats=("Linf",), unverified=ALL_MARKED)
+    marked = verdict(records, num_classes=4, threats=("Linf",), trust=checked(records, ALL_MARKED))
     assert marked.categories == {"wavelet@Linf": UNVERIFIED}
     assert "keeps **85.0%**" not in marked.text and "robust under all attacks" not in marked.text
-    assert (
-        "is an upper bound from attacks that could not follow the gradient, not a robust accuracy"
-        in marked.text
-    )
+    assert "is an upper bound, not a robust accuracy" in marked.text
     assert marked.headline.startswith("unverified for wavelet@Linf")
     assert marked.details["wavelet@Linf"]["unverified_modes"] == {
         m: ALL_MARKED[("wavelet", m)] for m in MODES
     }
     # one mode marked (the zoo wavelet's blocked mode): the category stands, the mode is named
-    one = verdict(records, num_classes=4, threats=("Linf",), unverified={("wavelet", "blocked"): "x"})
-    assert one.categories == {"wavelet@Linf": ROBUST}
+    one = verdict(
+        records, num_classes=4, threats=("Linf",), trust=checked(records, {("wavelet", "blocked"): "x"})
+    )
+    assert one.categories == {"wavelet@Linf": ROBUST_THESE_NETWORKS}
     assert one.details["wavelet@Linf"]["unverified_modes"] == {"blocked": "x"}
 
 
-def test_a_lost_gradient_is_marked_until_it_is_escalated() -> None:
+def test_an_upper_bound_never_reads_more_robust_in_words_or_json() -> None:
+    """The published demo's shape: the candidate's every mode failed a check, its upper bound is far above the
+    baseline at one budget and within the minimum effect at another. Upper bounds can rule an advantage out
+    (against a verified baseline); they never establish one: no 'more robust', no 'advantage ends', no
+    ``above_baseline`` true, in the text or in verdict.json's fields."""
+    candidate = masking_spec(blocked=85, exact=85, bpda=85, square=85, transfer=85)
+    records = pd.concat(
+        [synthetic_records("wavelet", candidate), synthetic_records("patch", baseline_spec())],
+        ignore_index=True,
+    )
+    v = verdict(records, num_classes=4, threats=("Linf",), trust=checked(records, ALL_MARKED))
+    d = v.details["wavelet@Linf"]
+    assert v.categories == {"wavelet@Linf": UNVERIFIED} and d["upper_bound"] is True
+    assert d["comparison"] == d["outcome"] == BOUND_UNDECIDED and d["above_baseline"] is None
+    assert "architecture" not in d and d.get("advantage_eps", []) == []
+    assert "more robust" not in v.text and "advantage ends" not in v.text
+    assert "establishes no advantage" in v.text
+    # the same upper bound within the minimum effect of a verified baseline: no advantage, even so
+    close = masking_spec(blocked=9, exact=5, bpda=5, square=5, transfer=5)
+    near = pd.concat(
+        [synthetic_records("wavelet", close), synthetic_records("patch", baseline_spec())], ignore_index=True
+    )
+    w = verdict(near, num_classes=4, threats=("Linf",), trust=checked(near, ALL_MARKED))
+    assert w.details["wavelet@Linf"]["outcome"] == NO_ADVANTAGE
+    assert "Even this upper bound shows no advantage" in w.text and "not supported" in w.headline
+    # ... but not against a baseline that is an upper bound itself
+    both = {**ALL_MARKED, ("patch", "exact"): "failed gradient checks: x"}
+    b = verdict(near, num_classes=4, threats=("Linf",), trust=checked(near, both))
+    assert b.details["wavelet@Linf"]["outcome"] == BOUND_UNDECIDED
+
+
+def test_no_checklist_no_robustness() -> None:
+    """A run whose checklist did not run (``--no-diagnostics``, or a library call without a Trust) carries no
+    marks, yet nothing in it may be called robust: the candidate is *unchecked*."""
+    records = _records()
+    v = verdict(records, num_classes=4, threats=("Linf",))  # no trust: no checklist
+    assert v.categories == {"wavelet@Linf": UNCHECKED}
+    assert "robust under all attacks" not in v.text and "more robust" not in v.text
+    assert v.headline.startswith("unchecked for wavelet@Linf")
+    trust = Trust.from_run({"models": {"wavelet": {"grad_modes": list(MODES)}}}, None)
+    assert trust.standing("wavelet") is Standing.UNCHECKED and not trust.marks
+
+
+def test_a_lost_gradient_stays_marked_when_it_is_escalated() -> None:
+    """The escalation's gradient-free and transfer attacks lower the number; they do not give the gradient
+    attacks a gradient: a model escalated at the scan keeps its mark (issue 39)."""
     path = {
         "summary": "s",
         "modes": ["exact"],
@@ -102,9 +154,11 @@ def test_a_lost_gradient_is_marked_until_it_is_escalated() -> None:
         "findings": [],
     }
     meta = {"models": {"m": {"grad_modes": ["exact"], "gradient_path": path}}}
-    assert list(unverified_cells(meta, [])) == [("m", "exact")]
+    assert list(Trust.from_run(meta, None).marks) == [("m", "exact")]
     meta["models"]["m"]["escalation"] = {"stage": "scan"}
-    assert unverified_cells(meta, []) == {}
+    escalated = Trust.from_run(meta, None)
+    assert list(escalated.marks) == [("m", "exact")] and "escalated" in escalated.marks[("m", "exact")]
+    assert escalated.standing("m") is Standing.UNVERIFIED
 
 
 def test_the_report_marks_the_failed_modes_cells(tmp_path: Path) -> None:
