@@ -7,8 +7,8 @@ holds these files.
     python -m tools.docs render            # re-render README.md's and docs/*.md's include blocks
     python -m tools.docs render --check    # change nothing; exit 1 if a quoted number lacks its cell
 
-A section's numbers are tied to cells by its ``<!-- cite: FOLDER`` lines (``14.0% = summary.csv[...].COLUMN %``;
-the grammar is :mod:`tools.citations`').
+A section's numbers are tied to cells, and to the sentences that use them, by its ``<!-- cite: FOLDER`` lines
+(``13.2% = verdict.json.numbers[...].worst_case % in "13.2% at L2 1"``; the grammar is :mod:`tools.citations`').
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ DOCS_DESCRIPTION = (
     "Re-render the include blocks (<!-- include: PATH --> ... <!-- /include -->) of Markdown pages from their "
     "published files, then check that every number their prose quotes is named, with the file and cell it "
     "quotes, by a line of its section's <!-- cite: FOLDER ... --> comment (NUMBER = FILE[KEY=VALUE].COLUMN, "
-    "a % or a difference or ratio of two cells as transform) and equals that cell, and that a section with no "
-    "cite line quotes no measurement-looking number; and that every folder under results/published/ is as its "
-    "source.json lists it (each file and its sha256, a command a reader can run). Exit 1 on a problem; --check "
-    "changes nothing."
+    'a % or a difference or ratio of two cells as transform, then in "PHRASE": the words its sentence must '
+    "hold) and equals that cell, and that a section with no cite line quotes no figure that looks measured (a "
+    "percentage, a time, points, a multiplier, a ratio) but the settings its <!-- settings: ... --> comment "
+    "names; and that every folder under results/published/ is as its source.json lists it (each file and its "
+    "sha256, a command a reader can run). Exit 1 on a problem; --check changes nothing."
 )
 
 

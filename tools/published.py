@@ -10,10 +10,12 @@ file's sha256. A Markdown page then quotes them in two ways, both checked by :fu
   (``.txt`` in a ``text`` fence, ``.md`` as it is, ``.csv`` as a Markdown table); :func:`render_includes`
   rewrites it from the file.
 - ``<!-- cite: FOLDER`` … ``-->``: one line per number the section's prose writes, naming the file and
-  cell it quotes (``14.0% = summary.csv[model=wavelet, eps=0.1].robust_accuracy %``); the grammar, the
-  transforms and what is not a quoted measurement are :mod:`tools.citations`'. A
-  section with no cite line may quote no measurement-looking number (a percentage, a ± half-width, a
-  p-value, a multiplier, a decimal of points).
+  cell it quotes and, after ``in``, the words of the sentence that says what it is
+  (``14.0% = summary.csv[model=wavelet, eps=0.1].robust_accuracy % in "L∞ 0.1"``); the grammar, the
+  transforms, when a context is needed and what is not a quoted measurement are :mod:`tools.citations`'. A
+  section with no cite line may quote no figure that looks measured (a percentage, a ± half-width, a
+  p-value, a multiplier, points, a time, a fraction or a ratio) but the settings and rule constants its
+  ``<!-- settings: 10 points -->`` names.
 - ``<!-- unpublished: REASON -->``: a section quoting measurements made before their summary files were
   kept (or on another machine). It is not checked, and :func:`unpublished_sections` lists it, so a page
   can be held to having none (the README is).
@@ -223,7 +225,9 @@ def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list
         stale = [m["path"] for m in _INCLUDE.finditer(text) if _include_is_stale(m, root)]
         problems += [Problem(page, "-", f"include block of {path} differs from the file") for path in stale]
     files = Files(root)
+    next_line = 1  # the page's line each section starts at, for the problems' lines
     for title, section in _sections(text):
+        start, next_line = next_line, next_line + section.count("\n")
         if _UNPUBLISHED.search(outside_code(section)):
             continue
         problems += [
@@ -235,7 +239,7 @@ def check_markdown(text: str, root: str | Path, page: str = "README.md") -> list
             )
             for m in _SOURCE.finditer(outside_code(section))
         ]
-        problems += check_section(page, title, section, files)
+        problems += check_section(page, title, section, files, first_line=start)
     return problems
 
 

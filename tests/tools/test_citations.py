@@ -275,7 +275,7 @@ def test_a_changed_cell_in_a_copy_of_the_readmes_published_files_fails_naming_th
         "[the page](https://example.org/a/17.5%)",  # a link target
         "torch 2.14.1, on 2026-12-01 at 21:39, git 8ad650c",  # versions, dates, times, revisions
         "Athalye, Carlini & Wagner (2018) and (TOST, Schuirmann 1987)",  # a reference's year
-        "claim 3, claims 1 and 2, issue 32, step 2, stop 7, seed 0, #12",  # numbering and identifiers
+        "claim 3, claims 1 and 2, issue 32, step 2, stop 7, seed 0, rank 1, #12",  # numbering and identifiers
         "L2, L∞, db1, coif1, ViT-S/16, float32, bf16, x86_64, a 2-core machine, 64-bit, 1024x1024",  # names
         "a 95% Wilson interval, a 90% interval, a 95% confidence level",  # levels
         "1. a list item\n2. another",
@@ -318,8 +318,25 @@ def test_the_prose_forms_and_their_keys():
         ("86.0 ± 2.2 on 200 images", ["± 2.2"]),
         ("significant (p = 0.003)", ["0.003"]),
         ("1.8x faster, 2-3× slower", ["1.8x", "2-3×"]),
-        ("a difference of +5.3, then 4.1 points", ["+5.3", "4.1"]),
-        ("a 95% interval from chance to 100%, a margin of 10 points, L∞ 0.1, n = 1,000, −1 labels", []),
+        ("a difference of +5.3, then 4.1 points", ["+5.3", "4.1 points"]),
+        ("a margin of 10 points, +3 pts", ["10 points", "+3 pts"]),
+        (
+            "it took 2,805 s on rank 0, 2.5 min, 3 hours, about 47 min",
+            ["2,805 s", "2.5 min", "3 hours", "47 min"],
+        ),
+        ("about six minutes on 2 cores, half an hour", ["six minutes", "half an hour"]),
+        (
+            "the ranks took 2,805 and 2,634 s; +8, −2, +6 points",
+            ["2,805", "2,634 s", "+8", "−2", "+6 points"],
+        ),
+        (
+            "3/64 of the points, 9 of its 38 points, 15 of the 300",
+            ["3/64", "9 of its 38 points", "15 of the 300"],
+        ),
+        (
+            "a 95% interval from chance to 100%, L∞ 0.1, L∞ 8/255, n = 1,000, −1 labels, 2 cores, 5,000 queries",
+            [],
+        ),
     ],
 )
 def test_a_section_without_cites_may_quote_no_measurement_looking_number(tmp_path, text, flagged):
