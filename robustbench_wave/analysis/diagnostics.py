@@ -49,6 +49,7 @@ from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate
 from robustbench_wave.evaluation.eot import EotPlan, EotSettings
 from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps, worst_case_rows
+from robustbench_wave.evaluation.trust import Trust
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +93,11 @@ class DiagnosticsReport:
 
     @property
     def trusted_modes(self) -> list[str]:
-        """Gradient modes none of whose checks failed (mode-free checks such as determinism count for all)."""
-        if any(c.passed is False and c.grad_mode is None for c in self.checks):
-            return []
-        bad = {c.grad_mode for c in self.checks if c.passed is False}
-        return [m for m in self.modes if m not in bad]
+        """Gradient modes none of whose checks failed (mode-free checks such as determinism count for all), by
+        the one rule (:class:`~robustbench_wave.evaluation.trust.Trust`)."""
+        entry = {"model": self.model, "checks": [asdict(c) for c in self.checks]}
+        meta = {"models": {self.model: {"grad_modes": self.modes}}}
+        return Trust.from_run(meta, [entry]).trusted_modes(self.model, self.modes)
 
     def table(self) -> pd.DataFrame:
         """One row per check: model, check, grad_mode ("all" for mode-free checks), result, numbers, meaning."""

@@ -18,7 +18,8 @@ at its standard budget per threat. :func:`model_info` fills them from records al
   standard hyper-parameters, :func:`full_autoattack`) and the records hold every member (APGD-CE, APGD-T,
   FAB-T, Square) at that threat and budget, since the number is then at most AutoAttack's; otherwise the
   key is ``worst_case_acc`` and the footnote and ``robustbench_wave.suite`` name the suite that made it;
-* ``unreliable``: the run's gradient-masking checklist (``diagnostics.json``) flagged the model;
+* ``unreliable``: the model has no trusted gradient mode (:class:`~robustbench_wave.evaluation.trust.Trust`:
+  the checklist flagged every mode, the scan found its gradient lost, or no checklist ran);
 * ``robustbench_wave``: what RobustBench's files lack: the numbers as fractions with n, the attacks with their
   back-ends and library versions (``meta.json`` provenance), and every run's folder, git revision, config
   hash and records hash.
@@ -57,6 +58,7 @@ from robustbench_wave.evaluation.metrics import (
     shared_status,
     threat_eps,
 )
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.reporting.runs import RunFolder
 from robustbench_wave.reporting.tables import _latex_escape, format_eps
 
@@ -194,11 +196,17 @@ def _attacks(rows: pd.DataFrame, held: Sequence[RunFolder]) -> list[dict[str, An
 
 
 def _unreliable(held: Sequence[RunFolder], model: str) -> tuple[bool, str]:
-    statuses = [d.get("status", "") for r in held for d in r.diagnostics if d.get("model") == model]
-    if not statuses:
-        return False, "no gradient-masking checklist was run"
-    bad = [s for s in statuses if s != "reliable"]
-    return bool(bad), f"gradient-masking checklist: {bad[0] if bad else 'reliable'}"
+    """Whether the model's numbers are no robust accuracy (:class:`~robustbench_wave.evaluation.trust.Trust`:
+    no trusted gradient mode -- every mode failed the checklist, the scan found the gradient lost, or no
+    checklist ran), and why, in a line."""
+    trust = Trust.combine(Trust.from_run(r.meta, r.diagnostics, where=r.meta_file) for r in held)
+    standing = trust.standing(model)
+    if standing.trusted:
+        return False, f"gradient-masking checklist: trusted modes {', '.join(trust.trusted_modes(model))}"
+    why = (
+        "; ".join(f"{m}: {w}" for m, w in trust.why(model).items()) or "no gradient-masking checklist was run"
+    )
+    return True, f"{standing.value}, an upper bound ({why})"
 
 
 def _architecture(held: Sequence[RunFolder], model: str) -> str:
