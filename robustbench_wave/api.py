@@ -21,6 +21,7 @@ import logging
 import math
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,10 @@ from robustbench_wave.evaluation.metrics import (
     reference_eps,
     robust_accuracy,
 )
-from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.evaluation.records import read_meta, read_run
 from robustbench_wave.evaluation.sharding import Shard
+from robustbench_wave.evaluation.trust import Standing, Trust
+from robustbench_wave.reporting.runs import DIAGNOSTICS_JSON
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,12 @@ class BenchmarkResult:
     and ``eps``, a budget that was attacked); :meth:`robust_accuracy_at` gives it at any other attacked
     budget and refuses one that was not; the rest is the run folder's content: ``summary`` (summary.csv), ``table`` (table.txt, as
     printed by the attack command), ``checklist`` (diagnostics.csv: one row per check, model and gradient
-    mode; empty with ``diagnostics=False``), ``verdict`` (verdict.json; empty without diagnostics)."""
+    mode; empty with ``diagnostics=False``), ``verdict`` (verdict.json; empty without diagnostics).
+
+    ``standing`` says what ``robust_accuracy`` is, by the harness's one rule
+    (:class:`~robustbench_wave.evaluation.trust.Trust`): ``verified`` (a gradient mode judged by the checklist
+    and passed), else ``unverified`` or ``unchecked`` -- an upper bound, never robustness; ``why`` names each
+    untrusted mode's reason. Unpacking or printing an upper bound says so (a warning; ``†`` in the repr)."""
 
     model: str
     threat_model: str
@@ -70,10 +78,35 @@ class BenchmarkResult:
     checklist: pd.DataFrame
     verdict: dict[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None  # None: the run went to a temporary folder, now removed
+    standing: str = Standing.UNCHECKED.value
+    why: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def upper_bound(self) -> bool:
+        """Whether ``robust_accuracy`` is only an upper bound (the model is not verified)."""
+        return self.standing != Standing.VERIFIED.value
 
     def __iter__(self) -> Iterator[float]:
-        """``clean_acc, robust_acc = benchmark(...)``, as with RobustBench."""
+        """``clean_acc, robust_acc = benchmark(...)``, as with RobustBench (a warning when the second number is
+        an upper bound)."""
+        if self.upper_bound:
+            warnings.warn(self._bound_words(), UserWarning, stacklevel=2)
         return iter((self.clean_accuracy, self.robust_accuracy))
+
+    def __repr__(self) -> str:
+        mark = "†" if self.upper_bound else ""
+        return (
+            f"BenchmarkResult(model={self.model!r}, threat_model={self.threat_model!r}, eps={self.eps:g}, "
+            f"clean_accuracy={self.clean_accuracy:.4f}, robust_accuracy={self.robust_accuracy:.4f}{mark}, "
+            f"standing={self.standing!r})"
+        )
+
+    def _bound_words(self) -> str:
+        why = "; ".join(f"{m}: {w}" for m, w in self.why.items()) or "no gradient mode was verified"
+        return (
+            f"{self.model}'s robust accuracy {self.robust_accuracy:.4f} is {self.standing}: an upper bound, not "
+            f"robustness ({why})"
+        )
 
     def robust_accuracy_at(self, eps: float | str, threat: str | None = None) -> float:
         """The model's worst-case robust accuracy at a budget of ``threat`` (default ``threat_model``) that was
@@ -237,6 +270,7 @@ def _read_back(run_dir: Path, key: str, threat: str, kept: bool) -> BenchmarkRes
     clean = clean_correct(rows)
     diagnostics = run_dir / "diagnostics.csv"
     verdict = run_dir / "verdict.json"
+    trust = Trust.from_run(meta, read_meta(run_dir / DIAGNOSTICS_JSON).get("models", []))
     return BenchmarkResult(
         model=key,
         threat_model=threat,
@@ -249,6 +283,8 @@ def _read_back(run_dir: Path, key: str, threat: str, kept: bool) -> BenchmarkRes
         checklist=pd.read_csv(diagnostics) if diagnostics.exists() else pd.DataFrame(),
         verdict=json.loads(verdict.read_text(encoding="utf-8")) if verdict.exists() else {},
         run_dir=run_dir if kept else None,
+        standing=trust.standing(key).value,
+        why=trust.why(key),
     )
 
 

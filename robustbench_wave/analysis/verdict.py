@@ -66,7 +66,7 @@ ROBUST_THESE_NETWORKS = "more robust for these networks, not confirmed across tr
 NO_BASELINE = "no baseline"
 INCONCLUSIVE = "inconclusive"
 MASKING_INCONCLUSIVE = "gradient masking, comparison with the baseline inconclusive"
-UNVERIFIED = "unverified (gradient checks failed)"
+UNVERIFIED = "unverified (no gradient mode trusted: upper bounds)"
 UNCHECKED = "unchecked (no gradient checklist ran)"
 #: The categories of a candidate whose numbers are upper bounds (:class:`~robustbench_wave.evaluation.trust.
 #: Standing`): they state only what an upper bound can say, never robustness.
@@ -620,24 +620,23 @@ def categorize(
         out.setdefault("category", MASKING if shown else (NOT_ROBUST if at_chance else NO_BASELINE))
         return out
     _record_comparison(out, paired, p, settings)
-    outcome = comparison_outcome(paired, p, settings, seed_diffs, seed_lows)
-    if not standing.trusted:
-        bounded = bounded_outcome(outcome, base_standing)
-        out.update(outcome=bounded, comparison=bounded, above_baseline=None)
+    outcome = judged_outcome(
+        comparison_outcome(paired, p, settings, seed_diffs, seed_lows), standing, base_standing
+    )
+    if not standing.trusted:  # an upper bound: only what it can say, and no architecture claim
+        out.update(outcome=outcome, comparison=outcome, above_baseline=None)
         out["below_baseline"] = out["below_baseline"] if base_standing.trusted else None
         return out
-    if not base_standing.trusted and outcome not in ADVANTAGE:
-        out.update(outcome=UNDECIDED, comparison=UNDECIDED, above_baseline=None, below_baseline=None)
-        out["architecture"] = architecture(seed_diffs or [paired.diff], settings, seed_lows)
+    out["outcome"] = outcome
+    out["architecture"] = architecture(seed_diffs or [paired.diff], settings, seed_lows)
+    if not base_standing.trusted and outcome == UNDECIDED:
+        out.update(comparison=UNDECIDED, above_baseline=None, below_baseline=None)
         out.update(
             category=MASKING_INCONCLUSIVE if shown else INCONCLUSIVE,
             inconclusive_reason=f"the baseline {base['model']} is {base_standing.value}: its number is an upper "
             "bound, so only an advantage over it can be shown",
         )
-        return out
-    out["outcome"] = outcome
-    out["architecture"] = architecture(seed_diffs or [paired.diff], settings, seed_lows)
-    if shown:
+    elif shown:
         out["category"] = MASKING_CATEGORY.get(outcome, MASKING_INCONCLUSIVE)
         out["comparison"] = outcome
     elif outcome in OUTCOME_CATEGORY:
@@ -647,6 +646,17 @@ def categorize(
             category=INCONCLUSIVE, inconclusive_reason=_undecided(str(base["model"]), paired, p, settings)
         )
     return out
+
+
+def judged_outcome(outcome: str, standing: Standing, base_standing: Standing) -> str:
+    """A comparison's outcome as the two standings let it stand: a candidate that is not verified says only
+    what an upper bound can (:func:`bounded_outcome`); against a baseline that is not verified only an
+    advantage stands (the baseline's number overstates it), anything else is :data:`UNDECIDED`."""
+    if not standing.trusted:
+        return bounded_outcome(outcome, base_standing)
+    if not base_standing.trusted and outcome not in ADVANTAGE:
+        return UNDECIDED
+    return outcome
 
 
 def bounded_outcome(outcome: str, base_standing: Standing) -> str:

@@ -55,10 +55,9 @@ from robustbench_wave.analysis.verdict import (
     ADVANTAGE,
     NO_ADVANTAGE,
     RULES_OUT,
-    UNDECIDED,
     VerdictSettings,
-    bounded_outcome,
     comparison_outcome,
+    judged_outcome,
     p_values,
 )
 from robustbench_wave.attacks import AttackKind, Threat
@@ -150,12 +149,6 @@ def _records(run: RunFolder, threat: str, eps: float, model: str | None = None) 
     return records
 
 
-def run_trust(run: RunFolder) -> Trust:
-    """What the run's numbers are (:meth:`Trust.from_run <robustbench_wave.evaluation.trust.Trust.from_run>`:
-    its checklist, its scan), the one rule every page asks."""
-    return Trust.from_run(run.meta, run.diagnostics, where=run.meta_file)
-
-
 def grad_modes(records: pd.DataFrame) -> list[str]:
     """The gradient modes the records were attacked under, sorted."""
     return sorted({str(m) for m in records["grad_mode"].dropna().unique() if str(m)})
@@ -175,7 +168,7 @@ def failed_checks(run: RunFolder, *, model: str | None = None, modes: Iterable[s
     model = _one_model(run, model)
     if modes is None:
         modes = grad_modes(run.records[run.records["model"] == model])
-    return mode_checks(run_trust(run), model, modes)
+    return mode_checks(run.trust, model, modes)
 
 
 def mode_checks(trust: Trust, model: str, modes: Iterable[str]) -> Any:
@@ -218,7 +211,7 @@ def defence_row(
         raise ValueError(f"{naive.path} has no exact-gradient records; the naive run must include 'exact'")
     white = _own_breaks(white)
     name, modes = str(best["model"].iloc[0]), grad_modes(best)
-    trust = run_trust(adaptive)
+    trust = adaptive.trust
     return {
         "model": best["model"].iloc[0],
         "n": int(best["example_id"].nunique()),
@@ -228,7 +221,7 @@ def defence_row(
         **_accuracy("adaptive", robust_flags(best, threat, eps)),
         "modes_naive": "+".join(sorted(plain["grad_mode"].unique())),
         "modes_adaptive": "+".join(sorted(best["grad_mode"].unique())),
-        "checks_naive": mode_checks(run_trust(naive), str(plain["model"].iloc[0]), grad_modes(plain)),
+        "checks_naive": mode_checks(naive.trust, str(plain["model"].iloc[0]), grad_modes(plain)),
         "checks_adaptive": mode_checks(trust, name, modes),
         "standing": trust.standing(name, modes).value,
         "untrusted_modes": _untrusted(trust, name, modes),
@@ -247,7 +240,7 @@ def baseline_columns(
             )
         return _no_pair(NO_BASELINE)
     mine, twin = _records(adaptive, threat, eps, defence), _records(adaptive, threat, eps, baseline)
-    trust = run_trust(adaptive)
+    trust = adaptive.trust
     return pair_columns(
         baseline,
         robust_flags(mine, threat, eps),
@@ -269,8 +262,8 @@ def gallery_pair_columns(
         UNDEFENDED,
         robust_flags(mine, threat, eps),
         robust_flags(cnn, threat, eps),
-        standing=run_trust(adaptive).standing(str(mine["model"].iloc[0]), grad_modes(mine)),
-        base_standing=run_trust(undefended).standing(str(cnn["model"].iloc[0]), grad_modes(cnn)),
+        standing=adaptive.trust.standing(str(mine["model"].iloc[0]), grad_modes(mine)),
+        base_standing=undefended.trust.standing(str(cnn["model"].iloc[0]), grad_modes(cnn)),
     )
 
 
@@ -316,15 +309,10 @@ def broken_outcome(
 ) -> str:
     """The verdict's outcome for defence (A) vs its undefended model (B) on the same images, as
     :func:`~robustbench_wave.analysis.verdict.categorize` reaches it: the paired rule with the minimum effect
-    (:func:`~robustbench_wave.analysis.verdict.comparison_outcome`); for a defence that is not verified only
-    what an upper bound supports (:func:`~robustbench_wave.analysis.verdict.bounded_outcome`); against a
-    baseline that is not verified only an advantage stands (else undecided)."""
+    (:func:`~robustbench_wave.analysis.verdict.comparison_outcome`), as the standings let it stand
+    (:func:`~robustbench_wave.analysis.verdict.judged_outcome`)."""
     outcome = comparison_outcome(paired, p_values(paired, None, settings), settings)
-    if not standing.trusted:
-        return bounded_outcome(outcome, base_standing)
-    if not base_standing.trusted and outcome not in ADVANTAGE:
-        return UNDECIDED
-    return outcome
+    return judged_outcome(outcome, standing, base_standing)
 
 
 def broken_word(outcome: str, standing: Standing = Standing.VERIFIED) -> str:

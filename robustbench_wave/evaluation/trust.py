@@ -95,7 +95,7 @@ class Trust:
             judged = {str(c["grad_mode"]) for c in checks if c.get("grad_mode")}
             if any(not c.get("grad_mode") for c in checks):
                 judged |= set(modes.get(model, ()))
-            modes.setdefault(model, tuple(sorted(judged)))
+            modes[model] = tuple(dict.fromkeys([*modes.get(model, ()), *sorted(judged)]))
             checked |= {(model, m) for m in judged}
             fails = _failed_by_mode(checks)
             failures[model] = {m: tuple(v) for m, v in fails.items()}

@@ -32,9 +32,9 @@ from robustbench_wave.evaluation.metrics import declared_reference
 from robustbench_wave.models.frontend import grad_switches
 from robustbench_wave.models.tokenpool import TokenPooling
 from robustbench_wave.models.vit import build_model
-from robustbench_wave.reporting.markdown import diagnostics_failures, run_trust, self_transfer
+from robustbench_wave.reporting.markdown import diagnostics_failures, self_transfer
 from robustbench_wave.reporting.plots import plot_pareto
-from robustbench_wave.reporting.runs import RunFolder, class_count, load_run
+from robustbench_wave.reporting.runs import RunFolder, class_count, load_run, run_trust
 from robustbench_wave.reporting.tables import markdown_table
 from robustbench_wave.reporting.verdict_text import render as render_verdict
 from robustbench_wave.training import checkpoint as ckpt

@@ -58,8 +58,7 @@ from robustbench_wave.evaluation.metrics import (
     shared_status,
     threat_eps,
 )
-from robustbench_wave.evaluation.trust import Trust
-from robustbench_wave.reporting.runs import RunFolder
+from robustbench_wave.reporting.runs import RunFolder, run_trust
 from robustbench_wave.reporting.tables import _latex_escape, format_eps
 
 log = logging.getLogger(__name__)
@@ -199,7 +198,7 @@ def _unreliable(held: Sequence[RunFolder], model: str) -> tuple[bool, str]:
     """Whether the model's numbers are no robust accuracy (:class:`~robustbench_wave.evaluation.trust.Trust`:
     no trusted gradient mode -- every mode failed the checklist, the scan found the gradient lost, or no
     checklist ran), and why, in a line."""
-    trust = Trust.combine(Trust.from_run(r.meta, r.diagnostics, where=r.meta_file) for r in held)
+    trust = run_trust(held)
     standing = trust.standing(model)
     if standing.trusted:
         return False, f"gradient-masking checklist: trusted modes {', '.join(trust.trusted_modes(model))}"

@@ -29,7 +29,7 @@ from robustbench_wave.analysis.verdict import claim_numbers
 from robustbench_wave.attacks import Trait, families_with
 from robustbench_wave.core.io import atomic_write_json, atomic_write_text
 from robustbench_wave.evaluation.metrics import declared_reference, default_baseline, summarize, threat_eps
-from robustbench_wave.evaluation.trust import Marks, Trust
+from robustbench_wave.evaluation.trust import Marks
 from robustbench_wave.models.frontend import GradMode
 from robustbench_wave.reporting.model_section import external_models, has_wavelet_model, models_markdown
 from robustbench_wave.reporting.plots import CAPTIONS, corruption_curves, run_figures
@@ -40,6 +40,7 @@ from robustbench_wave.reporting.runs import (
     combined_energy,
     load_run,
     report_path,
+    run_trust,
 )
 from robustbench_wave.reporting.tables import (
     MARK_LEGEND,
@@ -155,12 +156,6 @@ def run_verdict(runs: Sequence[RunFolder], *, num_classes: int, baseline: str | 
         self_transfer=self_transfer(runs),
         trust=run_trust(runs),
     )
-
-
-def run_trust(runs: Sequence[RunFolder]) -> Trust:
-    """What the runs' numbers are (:class:`~robustbench_wave.evaluation.trust.Trust`: the checklist, the scan,
-    the escalation), over every run."""
-    return Trust.combine(Trust.from_run(r.meta, r.diagnostics, where=r.meta_file) for r in runs)
 
 
 def table_marks(run: RunFolder) -> Marks | None:

@@ -27,6 +27,7 @@ from robustbench_wave.evaluation.meta_sections import (
     SuiteMeta,
 )
 from robustbench_wave.evaluation.records import META_FILE, read_meta, read_run
+from robustbench_wave.evaluation.trust import Trust
 from robustbench_wave.reporting.completeness import check_run
 
 ENERGY_FILE = "energy.csv"
@@ -78,6 +79,12 @@ class RunFolder:
     def settings(self) -> SettingsMeta:
         return SettingsMeta.from_meta(self.meta, self.meta_file)
 
+    @cached_property
+    def trust(self) -> Trust:
+        """What this run's numbers are (:class:`~robustbench_wave.evaluation.trust.Trust`: its checklist, the
+        scan, the escalation)."""
+        return Trust.from_run(self.meta, self.diagnostics, where=self.meta_file)
+
     @property
     def meta_file(self) -> Path:
         return self.path / META_FILE
@@ -88,6 +95,11 @@ class RunFolder:
         seeds = {m.train_seed for m in self.models.values()}
         seeds.discard(None)
         return seeds.pop() if len(seeds) == 1 else None
+
+
+def run_trust(runs: Sequence[RunFolder]) -> Trust:
+    """What the runs' numbers are, over every run (one per training seed: :meth:`Trust.combine`)."""
+    return Trust.combine(r.trust for r in runs)
 
 
 def load_run(run_dir: str | Path) -> RunFolder:

@@ -337,7 +337,7 @@ def _upper_bound_sentence(
     if cat["category"] == UNCHECKED:
         head = f"**{cand['model']}** is unchecked at {where}: no gradient-masking checklist judged its modes"
     else:
-        head = f"**{cand['model']}** is unverified at {where}: no mode it was attacked under passed the gradient checks"
+        head = f"**{cand['model']}** is unverified at {where}: no mode it was attacked under is trusted"
     text = (
         f"{head} ({why}). The {percent(cand['worst_case'], sp.get('worst_case'))} of points its attacks left "
         f"unbroken ({_under(cand, sp, cat)}; clean {percent(cand['clean'], sp.get('clean'))}) is an upper "

@@ -128,11 +128,12 @@ def test_an_accuracy_is_never_answered_for_a_budget_that_was_not_attacked() -> N
             mx.check_on_grid(rows, "Linf", eps)
 
 
-def test_the_reference_is_the_declared_one_when_on_the_grid_else_the_middle() -> None:
+def test_the_reference_is_the_declared_one_the_middle_when_none_is_declared() -> None:
     rows = _records([2 / 255, 4 / 255, 8 / 255])
     assert mx.reference_eps(rows, "Linf") == 4 / 255  # undeclared: today's rule, the middle
     assert mx.reference_eps(rows, "Linf", declared={"Linf": 8 / 255}) == 8 / 255
-    assert mx.reference_eps(rows, "Linf", declared={"Linf": 0.5}) == 4 / 255  # off the grid: not taken
+    with pytest.raises(ValueError, match="was not evaluated"):  # off the grid: refused, never the middle
+        mx.reference_eps(rows, "Linf", declared={"Linf": 0.5})
     meta = {"dataset": {"name": "cifar10", "reference": {"Linf": 8 / 255}}}
     assert mx.declared_reference(meta) == {"Linf": 8 / 255} and mx.declared_reference({}) == {}
 
