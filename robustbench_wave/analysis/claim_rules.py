@@ -911,6 +911,13 @@ def assignment_masking_claim(
             test.finding.scope = f"{scope} · {model} · {test.finding.scope}"
             test.finding.notes = _masking_notes(model, diagnostics_failures)
             tests.append(test)
+    _decide_masking(tests)
+    return [t.finding for t in tests]
+
+
+def _decide_masking(tests: Sequence[_MaskingTest]) -> None:
+    """Every claim-5 finding's verdict, in place, on p-values Holm-adjusted across ``tests`` (the table
+    shows both)."""
     raw = [_masking_p(t.p) for t in tests]
     adjusted = {name: holm([r[name] for r in raw]) for name in MASKING_TESTS}
     for i, t in enumerate(tests):
@@ -925,7 +932,6 @@ def assignment_masking_claim(
                 f" (exact gradients are not trusted: {t.exact_doubt}; where the assignment masks the exact "
                 f"gradient that is expected, and the verdict rests on the trusted {t.side} side)"
             )
-    return [t.finding for t in tests]
 
 
 def _masking_finding(

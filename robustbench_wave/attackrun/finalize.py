@@ -124,15 +124,17 @@ def diagnose(
         )  # fmt: skip
         return report, (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
 
+    finished = False
     try:
         report, reports = finalize()
         escalated = escalation(reports)
         if escalated:
             echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
             report, reports = finalize()
-    except Exception:
-        echo_table(run_dir, echo, note=UNFINISHED_CHECKLIST_NOTE)  # the suite's table, as the files hold it
-        raise
+        finished = True
+    finally:
+        if not finished:  # the checklist ended with an error: the suite's table, as the files hold it
+            echo_table(run_dir, echo, note=UNFINISHED_CHECKLIST_NOTE)
     _write_marked_tables(run_dir, reports, echo, baseline=baseline)
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
