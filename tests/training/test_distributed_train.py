@@ -30,7 +30,8 @@ from robustbench_wave.training import engine, parallel
 from robustbench_wave.training.runner import TrainConfig, load_training_data, train_model
 from tests.support import REPO as ROOT
 
-ATOL = 1e-5  # two ranks differ from one only by floating-point reduction order: a few steps
+ATOL = 2e-5  # two ranks differ from one only by floating-point reduction order: a few steps (AdamW divides
+# by sqrt(v): on a weight whose gradient is near zero that order moves the step by ~1e-5, seen on a 2-core machine)
 RUN_ATOL = 1e-4  # ... and after a whole run (10 AdamW steps that move weights by ~1e-2)
 pytestmark = pytest.mark.slow  # every test here starts processes
 
