@@ -100,8 +100,8 @@ def get_args_parser() -> Parser:
         "--baseline", default=None, metavar="FILE.py:FACTORY",
         help="your undefended model (the network behind your --defence, without the defence; same classes "
         "and image size), attacked in the same runs as each defence of yours: the table compares the two on "
-        "the same images (exact McNemar test: broken = yes / no / inconclusive) and it is the transfer "
-        "attacks' surrogate. Without it the transfer attacks are skipped and nothing judges the defence "
+        "the same images (exact McNemar test: broken = yes / no / inconclusive, or unverified / unchecked "
+        "where the defence has no trusted gradient mode) and it is the transfer attacks' surrogate. Without it the transfer attacks are skipped and nothing judges the defence "
         "('no baseline'); the gallery's CNN is never used in its place",
     )  # fmt: skip
     p.add_argument(
