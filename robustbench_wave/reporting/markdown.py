@@ -180,14 +180,10 @@ def self_transfer(runs: Sequence[RunFolder]) -> set[str]:
 
 
 def diagnostics_failures(runs: Sequence[RunFolder]) -> dict[str, dict[str, list[str]]]:
-    """model -> gradient mode ("all" for mode-free checks) -> failed checks, over all runs."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for run in runs:
-        for d in run.diagnostics:
-            for c in d["checks"]:
-                if c["passed"] is False:
-                    out.setdefault(d["model"], {}).setdefault(c["grad_mode"] or "all", []).append(c["name"])
-    return out
+    """model -> gradient mode ("all" for mode-free checks) -> failed checks, each once, over all runs (the
+    models with a failure; :attr:`Trust.failures <robustbench_wave.evaluation.trust.Trust.failures>`)."""
+    failures = run_trust(runs).failures
+    return {m: {mode: list(names) for mode, names in f.items()} for m, f in failures.items() if f}
 
 
 WAVELET_CLAIM = (

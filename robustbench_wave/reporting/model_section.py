@@ -175,7 +175,9 @@ def _escalation_text(escalation: Mapping[str, Any] | Sequence[Any] | None) -> st
 
 
 def _checklist_text(runs: Sequence[RunFolder], name: str) -> str:
-    """The checklist's failures for this model, each in the words of its check."""
+    """The checklist's failures for this model, each in the words of its check (or that none ran)."""
+    if not any(d.get("model") == name for run in runs for d in run.diagnostics):
+        return "**Checklist:** none ran, so no number of this model is verified (each is an upper bound)."
     failed = [
         f"- `{c['name']}` under {c.get('grad_mode') or 'every mode'}: {c.get('meaning', '')}"
         for run in runs

@@ -114,3 +114,13 @@ def test_zoo_runs_keep_the_wavelet_claim_and_have_no_model_section(tmp_path: Pat
     assert external_models([zoo]) == [] and has_wavelet_model([zoo])
     text = render_report([zoo], run_verdict([zoo], num_classes=10), "", report_dir=tmp_path)
     assert "## Your model" not in text and "## Verdict on the claim" in text and WAVELET_CLAIM in text
+
+
+def test_a_run_without_a_checklist_never_reads_every_check_passed(tmp_path: Path) -> None:
+    """Without diagnostics.json the section said "every check passed (or did not apply)" of checks that never
+    ran (issue 39: no sentence says more than its rule allows)."""
+    run = _run(tmp_path)
+    bare = RunFolder(tmp_path, run.records, run.meta, [])
+    first_screen = _report(bare).split("## Verdict")[0]
+    assert "every check passed" not in first_screen
+    assert "**Checklist:** none ran, so no number of this model is verified" in first_screen
