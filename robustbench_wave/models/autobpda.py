@@ -3,7 +3,8 @@ everywhere or missing, and offer the ``bpda`` gradient mode for them without sub
 
 A defence written as ordinary torch code (``round(8x)/8``, a threshold mask, a cast to ``uint8`` and back)
 gives its attacker a zero or missing input gradient, so exact-gradient attacks fail for the wrong reason
-(Athalye, Carlini & Wagner 2018). :func:`scan` runs one forward pass of a probe batch under a
+(Athalye, Carlini & Wagner 2018). :func:`scan` runs one forward pass of a probe batch (:data:`PROBE_ROWS`
+images, so that a defence acting on some images only meets one) under a
 :class:`torch.overrides.TorchFunctionMode` that follows the tensors computed from the input (with the
 parameters frozen, they are the ones that require grad) and notes each operation that stops their gradient:
 
@@ -41,6 +42,15 @@ straight-through backward (the table in ``docs/bring-your-own-model.md`` lists e
 * numbers taken out with ``.item()`` and brought back by ``full_like`` / ``new_full`` / ``torch.tensor``
   back-propagate into the tensors they came from; ``new_tensor(y)`` / ``torch.tensor(y)`` into ``y``;
 * the departed tensor for values that leave torch and come back (:mod:`.roundtrip`);
+* the identity across a region: values cut from the input's gradient by an op with no rule (a median filter
+  under ``no_grad``, a JPEG through ``torchvision.io``'s integer codec) that come back as a float tensor
+  shaped like a tensor that carried the gradient where the cut began (the region's entry) and following
+  its values (the round trip's fit test) back-propagate into that entry, in its units: Athalye et al.'s
+  BPDA for purifiers. A no-grad region's values stay leaves that require no grad, as in the plain forward;
+* a forward that optimises (a purifier taking gradient steps: ``requires_grad_`` on cut values,
+  ``torch.autograd.grad``, ``backward``, an optimiser) runs as written -- its own leaf and everything
+  computed from it get no rule, so its inner gradients are the plain forward's -- and the values it hands
+  on once they stop requiring grad (``z.detach()``) are the region's exit, linked by the identity;
 * a user's ``torch.autograd.Function`` (its ``apply`` is routed through the tracer while the mode is on:
   torch function modes do not see it) runs as a whole; its backward is checked once on the probe against a
   finite difference of its forward: kept when sound or the identity (the author's own straight-through),
@@ -50,31 +60,49 @@ A discrete result that only gates values which carry the gradient anyway (``x * 
 ``.item()`` number as an operand) is left alone: its exact gradient is the useful one. A cut result that
 reaches the logits with no rule on its way (``==`` on a rounded value: a bump's slope at its peak is zero),
 a number from ``.item()`` that never comes back into a tensor, a custom Function without a shape-matching
-input: each is a finding whose rule is :data:`UNHANDLED`, listed by ``GradientPath.to_dict()["unhandled"]``,
+input, a region whose values come back in another shape, an optimised leaf that reaches the logits itself:
+each is a finding whose rule is :data:`UNHANDLED`, listed by ``GradientPath.to_dict()["unhandled"]``,
 said by the summary and logged as a warning. The ``bpda`` mode is offered only where a rule changes the
 probe's input gradient (the scan compares both from the same random state). A module may bring its own
 smooth approximation instead: a method ``bpda_approximation(*inputs)`` returning a tensor shaped like its
 output is what that output back-propagates through in ``bpda`` mode (its values stay the exact forward's,
 and the automatic rules stay out of it).
+
+After the two passes the scan runs the gradient-reliability probe (:mod:`.gradcheck`) on the same rows and
+random state: the logits with and without gradients, and the exact input gradient against finite
+differences (not where the bpda mode is offered: the scan has found that gradient cut already). A failure
+is a finding whose rule is :data:`UNHANDLED` (kinds :data:`FORWARD_DIFFERS`, :data:`GRADIENT_DISAGREES`):
+masking that no op shows -- a hook that rewrites the gradient, a shattered gradient, a forward that changes
+with the grad mode -- is escalated and marked like an op without a rule.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._pytree import tree_flatten, tree_map
 
+from robustbench_wave.models import gradcheck
 from robustbench_wave.models.frontend import GradMode, GradModeSwitch, grad_switches
-from robustbench_wave.models.roundtrip import RoundTrip, RoundTrips
+from robustbench_wave.models.roundtrip import (
+    FIT_TOLERANCE,
+    MIN_CORRELATION,
+    RoundTrip,
+    RoundTrips,
+    change_of_units,
+    correlation,
+    misfit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +128,25 @@ CUSTOM_ZERO = "custom autograd.Function with a zero or missing backward"
 CUSTOM_WRONG = "custom autograd.Function whose backward disagrees with its forward"
 CUSTOM_IDENTITY = "custom autograd.Function with an identity backward"
 SATURATION = "saturation"
+NEW_LEAF = (
+    "leaf made in the forward"  # ``requires_grad_`` on values cut from the input: a test-time optimisation
+)
+FORWARD_DIFFERS = gradcheck.FORWARD_DIFFERS
+GRADIENT_DISAGREES = gradcheck.GRADIENT_DISAGREES
 
 # What the bpda mode does with it (Finding.rule), strongest first.
 STRAIGHT_THROUGH = "straight-through"
 MODEL_RULE = "the model's bpda_approximation"
 ROUND_TRIP = "identity across the round trip (BPDA)"
+REGION = "identity across the region (BPDA)"
 LOST = "the values leave torch, no gradient comes back"
 UNHANDLED = "unhandled"
 NO_RULE = UNHANDLED  # the former name: a cut result reaches the logits and no rule brings its gradient back
 OWN_BACKWARD = "its own backward (the identity) is kept"
 GATE = "gradient passes around it"
-RULES = (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP, LOST, UNHANDLED, OWN_BACKWARD, GATE)
+RULES = (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP, REGION, LOST, UNHANDLED, OWN_BACKWARD, GATE)
+#: Rules that give the input a gradient the exact one lacks (a bpda mode is offered where one applies).
+BPDA_RULES = (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP, REGION)
 
 _ZERO = {"round", "floor", "ceil", "trunc", "fix", "sign", "sgn", "heaviside"}
 _QUANTISE = {"fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine"}
@@ -129,6 +165,8 @@ _VIEWS = {
     "narrow", "movedim", "select",
 }  # fmt: skip
 _AS = {"view_as", "reshape_as", "expand_as", "type_as"}
+#: Ops whose integer results are masks or indices, not values.
+_DISCRETE = _ABOVE | _BELOW | _EQUAL | _INDEX
 _DETACH = {"detach", "data"}
 _LEAVES = {"numpy", "tolist", "__array__"}
 #: Factories a torch function mode sees that bring data from outside torch in (``torch.from_numpy`` and
@@ -161,8 +199,14 @@ _FIRST_ONLY = _AS | _CASTS
 #: become numbers the gradient would otherwise not reach.
 _LAZY = _CASTS | _VIEWS | _DETACH
 
-#: Probe rows :func:`scan` runs (the data set's first images).
-PROBE_ROWS = 2
+#: Probe rows :func:`scan` runs (the data set's first images): enough that a defence acting on some images
+#: only (the dark ones, say) meets one.
+PROBE_ROWS = 8
+#: Ops of autograd itself, called inside a forward that optimises (``torch.autograd.grad``, ``backward``, the
+#: ``.grad`` property): their results are constants to the input's gradient, never cut values.
+_AUTOGRAD = {"grad", "backward", "register_hook"}
+#: A cut result may carry this many region entries (the tensors that carried the gradient where it began).
+_MAX_ENTRIES = 16
 
 _NAMES: dict[Any, tuple[str, str]] = {}
 
@@ -238,6 +282,13 @@ def _brings_data_in(name: str, args: tuple, kwargs: dict) -> bool:
     return data is not None and not isinstance(data, torch.Tensor)
 
 
+def _pure(func: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The out-of-place twin of an in-place Tensor method (``mul_`` -> ``mul``, ``__imul__`` -> ``__mul__``):
+    a counterpart run in place on a stand-in would write into the forward's values a second time."""
+    base = f"__{name[3:]}" if name.startswith("__i") and name.endswith("__") else _out_of_place(name)
+    return getattr(torch.Tensor, base, func) if base != name else func
+
+
 def _carries_gradient(out: Any) -> bool:
     return any(t.requires_grad for t in _tensors(out))
 
@@ -298,6 +349,10 @@ class _Tracked:
     surrogate: torch.Tensor | None
     soft: Callable[[], torch.Tensor | None] | None = None  # computed when a one_hot asks for it
     detached: bool = False  # made by ``detach``: a random draw from it is randomness, not a function
+    #: the tensors that carried the input's gradient where the cut began (the region's entry): the values
+    #: may come back shaped like one of them (:meth:`Tracer._region`)
+    entries: tuple[torch.Tensor, ...] = ()
+    foreign: bool = False  # requires grad, but from a leaf the forward made (a test-time optimisation)
 
 
 class _NoRule(Exception):
@@ -426,6 +481,8 @@ class Tracer(TorchFunctionMode):
         name = op_names(func)[0]
         if self.suspended:
             return func(*args, **kwargs)
+        if name in _AUTOGRAD:  # autograd inside a forward that optimises: constants to the input's gradient
+            return self._produced(func(*args, **kwargs))
         numbers = self._numbers_in((args, kwargs)) if self._numbers else []
         if numbers and name in _FACTORIES:
             return self._produced(self._numbers_back(func, args, kwargs, numbers))
@@ -437,12 +494,20 @@ class Tracer(TorchFunctionMode):
         if self.round_trips.pending:
             self._returns(inputs, op_names(func)[1])
         tracked = [info for t in inputs if (info := self.lookup(t)) is not None]
-        derived = any(t.requires_grad and id(t) not in self._parameters for t in inputs)
-        out = (
-            self._on_path(func, args, kwargs, tracked, derived)
-            if tracked or derived
-            else self._produced(func(*args, **kwargs))
+        if name == "requires_grad_" or (name == "requires_grad" and len(args) == 2):  # not the getter
+            return self._new_leaf(func, args, kwargs, op_names(func)[1])
+        if any(info.foreign for info in tracked):
+            return self._foreign(lambda: func(*args, **kwargs), name, tracked, inputs)
+        # a tracked tensor never carries the input's gradient itself (a view made under no_grad requires grad
+        # but back-propagates into nothing)
+        derived = any(
+            t.requires_grad and id(t) not in self._parameters and self.lookup(t) is None for t in inputs
         )
+        if not (tracked or derived):
+            return self._produced(func(*args, **kwargs))
+        out = self._on_path(func, args, kwargs, tracked, derived, inputs)
+        if not torch.is_grad_enabled():
+            out = self._kept_plain(out, name, tracked, inputs)
         if numbers:  # a number from .item() used as an operand: the gradient reaches it only around the op
             self.note(
                 frozenset().union(*(o for _, _, o in numbers)), GATE if _carries_gradient(out) else UNHANDLED
@@ -466,13 +531,32 @@ class Tracer(TorchFunctionMode):
         for i in origins:
             self.origins[i].statuses.add(status)
 
+    def realised(self, output: Any) -> Any:
+        """The forward's result as the caller gets it: a float result that is still a cut value with a
+        stand-in (a forward run under ``no_grad`` throughout: its values stayed leaves) back-propagates through
+        its stand-in; None (as it is) otherwise."""
+        if (
+            not isinstance(output, torch.Tensor)
+            or not output.is_floating_point()
+            or not torch.is_grad_enabled()
+        ):
+            return None
+        info = self.lookup(output)
+        if info is None or info.foreign or output.requires_grad:
+            return None
+        origins = info.origins
+        replaced = straight(output, self._stand_in(output))
+        if replaced is not None:
+            self.note(origins, STRAIGHT_THROUGH)
+        return replaced
+
     def finish(self, output: Any) -> None:
         """The forward's result: a cut result that reaches it had no rule anywhere on its way; a number taken
         out with ``.item()`` that never came back into a tensor took its gradient with it; values that left
         torch and never came back are lost, and what came back unmatched meanwhile is unhandled."""
         for t in _tensors(output):
             info = self.lookup(t)
-            if info is not None and not t.requires_grad:
+            if info is not None and (info.foreign or not t.requires_grad):
                 self.note(info.origins, UNHANDLED)
         self.note(
             [i for i, o in enumerate(self.origins) if o.kind == PYTHON_NUMBER and not o.statuses], UNHANDLED
@@ -504,8 +588,7 @@ class Tracer(TorchFunctionMode):
 
     def _leave(self, x: torch.Tensor, shown: str, before: frozenset[int]) -> None:
         """``x`` leaves torch (``numpy``, ``tolist``): it may come back; without a stand-in it is lost."""
-        info = self.lookup(x)
-        stand_in = x if x.requires_grad else info.surrogate if info is not None else None
+        stand_in = self._stand_in(x)
         origin = self.origin(LEAVES_TORCH, shown)
         if stand_in is None:
             self.note(before | {origin}, LOST)
@@ -535,13 +618,112 @@ class Tracer(TorchFunctionMode):
             return None
         info = self.lookup(t)
         if info is not None:
-            return info.surrogate
+            return info.surrogate if info.surrogate is not None else self._region(t, info)
         return t if t.requires_grad else None
+
+    def _entries(
+        self, name: str, tracked: list[_Tracked], inputs: list[torch.Tensor], out: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The region entries a cut result ``out`` carries: its tracked inputs' and the inputs that carry the
+        gradient themselves; none for a mask or indices (a discrete result stands for no image)."""
+        if out.dtype == torch.bool or (not out.is_floating_point() and name in _DISCRETE):
+            return ()
+        found: dict[int, torch.Tensor] = {}
+        for info in tracked:
+            for e in info.entries:
+                found.setdefault(id(e), e)
+        for t in inputs:
+            carries = t.requires_grad and id(t) not in self._parameters and self.lookup(t) is None
+            if carries and t.is_floating_point():
+                found.setdefault(id(t), t)
+        return tuple(found.values())[:_MAX_ENTRIES]
+
+    def _region(self, t: torch.Tensor, info: _Tracked) -> torch.Tensor | None:
+        """The identity across a region (Athalye et al.'s BPDA for purifiers): float values cut from the
+        input's gradient with no rule on their way, shaped like one of the region's entries and following its
+        values (the round trip's fit test, :mod:`.roundtrip`), back-propagate into that entry, in its units.
+        The stand-in is kept and the region's cuts are noted; None where no entry fits."""
+        if info.foreign or not info.entries or not t.is_floating_point():
+            return None
+        fits = []
+        for e in info.entries:
+            if tuple(e.shape) == tuple(t.shape):
+                scale = change_of_units(e, t)
+                miss = misfit(e, t, scale)
+                if miss <= FIT_TOLERANCE and correlation(e, t) >= MIN_CORRELATION:
+                    fits.append((miss, len(fits), e, scale))
+        if not fits:
+            return None
+        _, _, entry, scale = min(fits)
+        with torch.enable_grad():
+            info.surrogate = straight(t, (entry * scale if scale != 1 else entry).to(t.device))
+        self.note(info.origins, REGION)
+        info.origins = frozenset()  # linked: what follows carries the entry's gradient, no cut any more
+        return info.surrogate
+
+    # ----------------------------------------------------------------------- optimising inside the forward
+
+    def _new_leaf(self, func: Callable[..., Any], args: tuple, kwargs: dict, shown: str) -> Any:
+        """``t.requires_grad_(True)`` / ``t.requires_grad = True`` on values cut from the input (or made in
+        torch): the forward optimises a leaf of its own. The call runs as written (the leaf stays a leaf, so
+        ``torch.autograd.grad``, ``backward`` and optimisers work on it); the leaf and what is computed from it
+        are followed as one region, which ends where its values stop requiring grad."""
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        flag = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+        info = self.lookup(t) if t is not None else None
+        carried = t is not None and t.requires_grad and (info is None or not info.foreign)
+        out = func(*args, **kwargs)
+        if t is None or carried or id(t) in self._parameters:
+            return out
+        if not flag:  # the region's leaf let go: a cut value again
+            if info is not None:
+                self._track(t, _Tracked(info.origins, None, entries=info.entries))
+            return out
+        origins = (info.origins if info is not None else frozenset()) | {self.origin(NEW_LEAF, shown)}
+        entries = info.entries if info is not None else ()
+        self._track(t, _Tracked(origins, None, entries=entries, foreign=True))
+        return out
+
+    def _foreign(
+        self, run: Callable[[], Any], name: str, tracked: list[_Tracked], inputs: list[torch.Tensor]
+    ) -> Any:
+        """An op on a leaf the forward made or on what was computed from it: runs as written, with no rule (its
+        gradient is the forward's own optimisation); results that require grad stay in the region, the others
+        are cut values that keep the region's entries."""
+        out = run()
+        origins = frozenset().union(*(info.origins for info in tracked))
+        for t in _tensors(out):
+            entries = self._entries(name, tracked, [i for i in inputs if not self._is_foreign(i)], t)
+            self._track(t, _Tracked(origins, None, entries=entries, foreign=t.requires_grad))
+        return out
+
+    def _is_foreign(self, t: torch.Tensor) -> bool:
+        info = self.lookup(t)
+        return info is not None and info.foreign
+
+    def _kept_plain(self, out: Any, name: str, tracked: list[_Tracked], inputs: list[torch.Tensor]) -> Any:
+        """Without gradients, a rule's result that carries one (a construction's straight-through) is kept as
+        the plain forward has it -- a tensor that requires no grad -- with the result as its stand-in: a value
+        of a no-grad region must stay a leaf (a forward that optimises from it makes it one)."""
+        if not isinstance(out, torch.Tensor) or not out.requires_grad or self.lookup(out) is not None:
+            return out
+        if any(out is t for t in inputs):  # the input itself, written in place: as it was
+            return out
+        plain = out.detach()
+        before = frozenset().union(*(info.origins for info in tracked))
+        self._track(plain, _Tracked(before, out, entries=self._entries(name, tracked, inputs, plain)))
+        return plain
 
     # ------------------------------------------------------------------------------------------ the rules
 
     def _on_path(
-        self, func: Callable[..., Any], args: tuple, kwargs: dict, tracked: list[_Tracked], derived: bool
+        self,
+        func: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        tracked: list[_Tracked],
+        derived: bool,
+        inputs: list[torch.Tensor],
     ) -> Any:
         name, shown = op_names(func)
         before = frozenset().union(*(t.origins for t in tracked))
@@ -556,28 +738,40 @@ class Tracer(TorchFunctionMode):
             if args and isinstance(args[0], torch.Tensor):
                 self._leave(args[0], shown, before)
             return plain
-        # the gradient passes here; a discrete by-product waits
-        if not zero and derived and _carries_gradient(plain):
+        # the gradient passes here (not under no_grad: a view then requires grad but leads nowhere); a
+        # discrete by-product waits
+        if not zero and derived and torch.is_grad_enabled() and _carries_gradient(plain):
             self.note(before, GATE)
             for t in _tensors(plain):
                 if not t.is_floating_point():
                     origin = frozenset({self.origin(_kind(name, kwargs), shown)})
                     self._track(t, _Tracked(origin, None, self._lazy_soft(name, args, kwargs, plain)))
             return plain
-        origins = before | ({self.origin(_kind(name, kwargs), shown)} if derived or zero else set())
+        own = frozenset({self.origin(_kind(name, kwargs), shown)} if derived or zero else ())
+        origins = before | own
         if not isinstance(plain, torch.Tensor):  # several results
             for t in _tensors(plain):
                 soft = self._lazy_soft(name, args, kwargs, plain) if not t.is_floating_point() else None
-                self._track(t, _Tracked(origins, None, soft))
+                self._track(t, _Tracked(origins, None, soft, entries=self._entries(name, tracked, inputs, t)))
             return plain
         smooth = self._smooth(func, name, args, kwargs)
-        if not plain.is_floating_point() or name in _LAZY:
+        origins = frozenset().union(own, *(t.origins for t in tracked))  # a region linked on the way: its own
+        entries = self._entries(name, tracked, inputs, plain)
+        # lazy: discrete stand-ins, views, casts and in-place results wait until they become numbers the
+        # gradient would otherwise not reach; so do a no-grad region's values (leaves, as in the plain forward)
+        if (
+            not plain.is_floating_point()
+            or name in _LAZY
+            or not torch.is_grad_enabled()
+            or (args and plain is args[0])
+        ):
             soft = self._lazy_soft(name, args, kwargs, plain)
-            self._track(plain, _Tracked(origins, straight(plain, smooth), soft, detached=name in _DETACH))
+            surrogate = straight(plain, smooth)
+            self._track(plain, _Tracked(origins, surrogate, soft, detached=name in _DETACH, entries=entries))
             return plain
         replaced = straight(plain, smooth)
         if replaced is None:
-            self._track(plain, _Tracked(origins, None))
+            self._track(plain, _Tracked(origins, None, entries=entries))
             return plain
         self.note(origins, STRAIGHT_THROUGH)
         return replaced
@@ -586,6 +780,11 @@ class Tracer(TorchFunctionMode):
         """An in-place rounding (``x.round_()``): identity backward where ``x`` carries the gradient."""
         x = args[0] if args else None
         name = op_names(func)[0]
+        info = self.lookup(x) if isinstance(x, torch.Tensor) else None
+        if info is not None and info.surrogate is not None and _out_of_place(name) in _ZERO:
+            func(*args, **kwargs)  # a no-grad region's value: its stand-in (an alias) follows, the identity
+            self._track(x, _Tracked(origins, info.surrogate, entries=info.entries))
+            return x
         if not isinstance(x, torch.Tensor) or not x.requires_grad or _out_of_place(name) not in _ZERO:
             self.note(origins, UNHANDLED)
             return func(*args, **kwargs)
@@ -600,9 +799,10 @@ class Tracer(TorchFunctionMode):
             info = self.lookup(a) if isinstance(a, torch.Tensor) else None
             if info is None:
                 return a
-            if info.surrogate is None:
+            surrogate = info.surrogate if info.surrogate is not None else self._region(a, info)
+            if surrogate is None:
                 raise _NoRule
-            return info.surrogate
+            return surrogate
 
         return tree_map(swap, tree)
 
@@ -615,7 +815,7 @@ class Tracer(TorchFunctionMode):
             return self._expectation(args[0]) if _expectation_draw(name, args, kwargs) else None
         try:
             with torch.enable_grad():
-                out = self._counterpart(func, name, *self._stand_ins((args, kwargs)))
+                out = self._counterpart(_pure(func, name), name, *self._stand_ins((args, kwargs)))
         except Exception:  # no rule: a stand-in the op refuses (an index, a dtype), one that draws, or none
             return None
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
@@ -749,8 +949,12 @@ class Tracer(TorchFunctionMode):
         (:func:`_backward_verdict`): a sound one, or the identity, is kept; a zero, missing or wrong one is
         replaced by the identity (straight-through) where its one differentiable input is shaped like its
         output, else reported unhandled."""
+        tensors = _tensors((args, kwargs))
+        tracked = [info for t in tensors if (info := self.lookup(t)) is not None]
         self.suspended += 1  # neither its inner ops nor the check of its backward are the model's ops
         try:
+            if any(info.foreign for info in tracked):  # inside the forward's own optimisation: as written
+                return self._foreign(lambda: apply(*args, **kwargs), cls.__qualname__, tracked, tensors)
             return self._custom_function(cls, apply, args, kwargs)
         finally:
             self.suspended -= 1
@@ -1076,6 +1280,7 @@ def straight_through(model: nn.Module) -> Iterator[Tracer]:
     and each module's own ``bpda_approximation``. Yields the :class:`Tracer` (what it found)."""
     tracer = Tracer(model.parameters(), known=[*model.parameters(), *model.buffers()])
     handles = _approximation_hooks(model, tracer)
+    handles.append(model.register_forward_hook(lambda mod, args, out: tracer.realised(out)))
     try:
         with tracer, _functions_seen(tracer):
             yield tracer
@@ -1106,12 +1311,13 @@ class GradientPath:
     bpda_gradient: bool
     bpda_changes: bool = True  # the bpda-mode input gradient on the probe differs from the exact one
     round_trips: tuple[RoundTrip, ...] = ()
+    gradient_check: gradcheck.GradientCheck | None = None  # the gradient-reliability probe (its findings too)
 
     @property
     def modes(self) -> tuple[GradMode, ...]:
         """``exact``, and ``bpda`` when a rule replaced something, the gradient then reaches the input and
         differs from the exact one (a bpda mode that changes nothing would only double the attack's cost)."""
-        ruled = any(f.rule in (STRAIGHT_THROUGH, MODEL_RULE, ROUND_TRIP) for f in self.findings)
+        ruled = any(f.rule in BPDA_RULES for f in self.findings)
         offered = ruled and self.bpda_gradient and self.bpda_changes
         return (GradMode.EXACT, GradMode.BPDA) if offered else (GradMode.EXACT,)
 
@@ -1132,6 +1338,9 @@ class GradientPath:
         ops = ", ".join(shown) + (f" and {len(self.findings) - 6} more" if len(self.findings) > 6 else "")
         if self.unhandled:
             ops = f"unhandled: {', '.join(self.unhandled)} (no rule brings their gradient back); {ops}"
+        check = self.gradient_check
+        if check is not None and check.skipped.startswith(gradcheck.NOT_RUN):
+            ops = f"{ops}; {check.describe()}" if ops else check.describe()
         if not self.reaches_input:
             return (
                 f"no gradient reaches the input ({ops or 'the logits do not depend on it differentiably'}): "
@@ -1170,6 +1379,7 @@ class GradientPath:
                 {"left": t.left, "back": t.back, "shape": list(t.shape), "scale": t.scale, "count": n}
                 for t, n in self.linked().items()
             ],
+            "gradient_check": self.gradient_check.to_dict() if self.gradient_check is not None else None,
         }
 
 
@@ -1198,11 +1408,19 @@ def _probing(model: nn.Module, device: torch.device) -> Iterator[None]:
             p.requires_grad_(req)
 
 
-def _input_gradient(
-    model: nn.Module, x: torch.Tensor, trace: bool
-) -> tuple[torch.Tensor | None, Tracer | None]:
-    """The gradient of a fixed random projection of the logits w.r.t. ``x`` (in bpda mode when ``trace``;
-    None: none reaches it), and the tracer of that pass."""
+class _Pass(NamedTuple):
+    """One probe forward and backward: the gradient of ``(logits * weights).sum()`` w.r.t. the input (None:
+    none reaches it, or it is zero), the tracer of a bpda pass, the logits and the projection's weights."""
+
+    gradient: torch.Tensor | None
+    tracer: Tracer | None = None
+    logits: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+
+
+def _input_gradient(model: nn.Module, x: torch.Tensor, trace: bool) -> _Pass:
+    """The gradient of a fixed random projection of the logits w.r.t. ``x`` (in bpda mode when ``trace``),
+    with the tracer of that pass and the logits."""
     xr = x.detach().clone().requires_grad_(True)
     tracer = None
     with torch.enable_grad():
@@ -1212,30 +1430,61 @@ def _input_gradient(
                 tracer.finish(out)
         else:
             out = model(xr)
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            return None, tracer
+        if not isinstance(out, torch.Tensor):
+            return _Pass(None, tracer)
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out)
+        if not out.requires_grad:
+            return _Pass(None, tracer, out.detach(), weights)
         try:
             (grad,) = torch.autograd.grad((out * weights).sum(), xr, allow_unused=True)
         except RuntimeError:  # an op whose derivative torch does not implement
-            return None, tracer
-    return (grad if grad is not None and bool(grad.ne(0).any()) else None), tracer
+            return _Pass(None, tracer, out.detach(), weights)
+    grad = grad if grad is not None and bool(grad.ne(0).any()) else None
+    return _Pass(grad, tracer, out.detach(), weights)
 
 
 def scan(model: nn.Module, probe: torch.Tensor) -> GradientPath:
     """The operations on ``model``'s input path that stop its gradient, found on the first rows of
     ``probe`` (images in [0, 1]), and whether a gradient reaches the input exactly and in bpda mode, and
-    whether the two differ (both passes start from the same random state: a randomised model draws alike)."""
+    whether the two differ (both passes start from the same random state: a randomised model draws alike);
+    then the gradient-reliability probe (:mod:`.gradcheck`), whose failures are findings without a rule."""
     x = probe[:PROBE_ROWS]
     with _probing(model, x.device):
         state = _random_state(x.device)
-        exact, _ = _input_gradient(model, x, trace=False)
+        exact = _input_gradient(model, x, trace=False)
         _restore(state)
-        bpda, tracer = _input_gradient(model, x, trace=True)
-    changes = bpda is not None and (exact is None or not _close(bpda, exact))
-    trips = tuple(tracer.round_trips.linked)
-    return GradientPath(
-        _findings(tracer), exact is not None, bpda is not None, bpda_changes=changes, round_trips=trips
+        bpda = _input_gradient(model, x, trace=True)
+        tracer = bpda.tracer if bpda.tracer is not None else Tracer()  # a traced pass always has one
+        changes = bpda.gradient is not None and (
+            exact.gradient is None or not _close(bpda.gradient, exact.gradient)
+        )
+        path = GradientPath(
+            _findings(tracer),
+            exact.gradient is not None,
+            bpda.gradient is not None,
+            bpda_changes=changes,
+            round_trips=tuple(tracer.round_trips.linked),
+        )
+        check = _gradient_check(model, x, exact, path, state)
+    failed = tuple(Finding(kind, op, UNHANDLED) for kind, op in check.failures())
+    return dataclasses.replace(path, findings=path.findings + failed, gradient_check=check)
+
+
+def _gradient_check(
+    model: nn.Module, x: torch.Tensor, exact: _Pass, path: GradientPath, state: _RandomState
+) -> gradcheck.GradientCheck:
+    """:func:`.gradcheck.check` of the exact pass, every forward from the scan's random state. The finite
+    differences are not compared where the bpda mode is offered: the scan has already found the exact
+    gradient cut, and the bpda mode's stand-ins are no derivative of the forward by design."""
+    if exact.logits is None or exact.weights is None:
+        return gradcheck.GradientCheck(len(x), skipped=f"{gradcheck.NOT_RUN}: the model returned no tensor")
+    skip = (
+        "finite differences not compared: the bpda mode stands in for the cut gradient"
+        if (GradMode.BPDA in path.modes)
+        else ""
+    )
+    return gradcheck.check(
+        model, x, exact.logits, exact.gradient, exact.weights, lambda: _restore(state), skip_gradient=skip
     )
 
 

@@ -42,7 +42,7 @@ def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: P
         assert meta["models"][linked]["grad_modes"] == ["exact", "bpda"]
         assert set(records[records["model"] == linked]["grad_mode"]) == {"exact", "bpda"}
     (trip,) = meta["models"][numpy]["gradient_path"]["round_trips"]
-    assert trip["left"] == "Tensor.numpy" and trip["shape"] == [2, 1, 32, 32] and trip["scale"] == 1
+    assert trip["left"] == "Tensor.numpy" and trip["shape"] == [8, 1, 32, 32] and trip["scale"] == 1
     bpda = records[(records["model"] == numpy) & (records["grad_mode"] == "bpda")]
     quantised_bpda = records[(records["model"] == quantised) & (records["grad_mode"] == "bpda")]
     assert (

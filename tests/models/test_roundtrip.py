@@ -35,22 +35,23 @@ from tests.support.roundtrip_models import (
 )
 
 FROM_NUMPY = "from outside torch (first used by {})"
+N = 4  # images per probe: the scan runs all of them (fewer than ab.PROBE_ROWS)
 # front: (channels, what left, how it came back, the shape it came back in per call, units, calls per probe)
 CASES = {
-    "pil_jpeg_gray": (PilJpeg(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16), 255.0, 2),
-    "pil_jpeg_rgb": (PilJpeg(), 3, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16, 3), 255.0, 2),
-    "numpy": (NumpySevenths(), 1, "Tensor.numpy", FROM_NUMPY.format("conv2d"), (2, 1, 16, 16), 1.0, 1),
+    "pil_jpeg_gray": (PilJpeg(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16), 255.0, N),
+    "pil_jpeg_rgb": (PilJpeg(), 3, "Tensor.numpy", FROM_NUMPY.format("Tensor.view"), (16, 16, 3), 255.0, N),
+    "numpy": (NumpySevenths(), 1, "Tensor.numpy", FROM_NUMPY.format("conv2d"), (N, 1, 16, 16), 1.0, 1),
     "tensor_constructor": (
         TensorConstructor(),
         1,
         "Tensor.numpy",
         FROM_NUMPY.format("conv2d"),
-        (2, 1, 16, 16),
+        (N, 1, 16, 16),
         1.0,
         1,
     ),
-    "tolist": (ListCopy(), 1, "Tensor.tolist", "tensor", (2, 1, 16, 16), 1.0, 1),
-    "uint8": (ByteNumpy(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.float"), (2, 1, 16, 16), 1.0, 1),
+    "tolist": (ListCopy(), 1, "Tensor.tolist", "tensor", (N, 1, 16, 16), 1.0, 1),
+    "uint8": (ByteNumpy(), 1, "Tensor.numpy", FROM_NUMPY.format("Tensor.float"), (N, 1, 16, 16), 1.0, 1),
 }
 
 
@@ -63,7 +64,7 @@ def _cnn(channels: int, seed: int = 0) -> nn.Module:
     return net.eval().requires_grad_(False)
 
 
-def _images(channels: int, n: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def _images(channels: int, n: int = N) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(channels)
     return torch.rand(n, channels, 16, 16, generator=g), torch.arange(n) % 3
 
