@@ -224,7 +224,7 @@ def builtin_noise(request: AttackRequest) -> RunOutput:
     for d in range(r.params["draws"]):
         gens = example_generators(r.context.seed, r.name, r.ids, d)
         x_new = noise_sample(r.params["distribution"], r.images, r.eps, gens)
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: a forward may take gradient steps
             loss, wrong = loss_and_wrong(r.model, x_new, r.labels)
         best.update(idx, x_new, loss, wrong)
     return RunOutput(best.x)

@@ -245,7 +245,7 @@ class PGD:
                 hist_sum[t:] += float(loss.sum())
                 return wrong
             adv = new
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: a forward may take gradient steps
             loss, wrong = self.expected_objective(model, adv, ya)
         best.update(idx, adv, loss, wrong)
         if self.steps > 0:
@@ -306,7 +306,7 @@ def keep_first_success(
         if todo.numel() == 0:
             break
         adv = attack(x[todo], y[todo]).detach()
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: a forward may take gradient steps
             wrong = model(adv).argmax(1) != y[todo]
         out[todo] = adv
         todo = todo[~wrong]

@@ -119,7 +119,7 @@ class RunContext:
         """
         if self.num_classes is not None:
             return int(self.num_classes)
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: a forward may take gradient steps
             return int(model(x[:1]).shape[1])
 
 

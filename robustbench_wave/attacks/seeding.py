@@ -5,8 +5,9 @@ restart)`` only (:func:`example_generators`), never by its batch or position, so
 on ``--batch-size``; ``stream`` is the suite entry's name. Library attacks draw from torch's global RNG and are
 called inside :func:`seeded` on fixed blocks of example ids. A randomised model's predictions draw from
 :func:`draw_seed` (common random numbers: the same draws for a point whatever input or batch is classified).
-:func:`random_delta` is the PGD random start of
-every PGD variant: uniform in the L∞ cube, uniform in the L2 ball.
+:func:`seeded` seeds NumPy's legacy global RNG and Python's ``random`` beside torch's, since a user's defence
+may draw from any of the three (``np.random.rand``, ``random.randint``). :func:`random_delta` is the PGD
+random start of every PGD variant: uniform in the L∞ cube, uniform in the L2 ball.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -27,11 +30,29 @@ def derive_seed(*parts: Any) -> int:
 
 
 @contextlib.contextmanager
+def host_rngs(seed: int) -> Iterator[None]:
+    """Seed NumPy's legacy global RNG (32 bits: ``seed % 2**32``) and Python's ``random`` (``seed``),
+    restoring the caller's states afterwards: the sources torch's seeding does not reach."""
+    np_state, py_state = np.random.get_state(), random.getstate()  # noqa: NPY002
+    np.random.seed(seed % (1 << 32))  # noqa: NPY002  (the legacy global RNG is the one user code draws from)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(np_state)  # noqa: NPY002
+        random.setstate(py_state)
+
+
+@contextlib.contextmanager
 def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
-    """Seed torch's global RNG for a library call, restoring the caller's RNG state afterwards."""
+    """Seed torch's global RNG for a library call or a randomised model's draws, and NumPy's and Python's
+    global RNGs from the same seed (:func:`host_rngs`), restoring the caller's states afterwards.
+
+    Torch's stream is the one ``torch.manual_seed(seed % 2**63)`` gives, whatever the other two draw."""
+    seed = seed % (1 << 63)
     devices = [device] if device is not None and device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed % (1 << 63))
+    with torch.random.fork_rng(devices=devices), host_rngs(seed):
+        torch.manual_seed(seed)
         yield
 
 

@@ -17,7 +17,9 @@ differ), else one draw per forward.
 :func:`measure_randomness` is the one test of "two forwards differ": the ``deterministic`` check of the
 diagnostics calls it too. A deterministic model is evaluated exactly as before (same suite, single draws,
 same records): the measurement runs under its own seed and restores torch's RNG, and it draws nothing from a
-model that draws nothing.
+model that draws nothing. A randomised model is probed once more: two forwards under the same seeding of
+torch's, NumPy's and Python's RNGs must agree, else its draws come from a source nobody seeds and meta.json
+says ``common_draws: false`` with the reason.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class EotPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # attack name -> why it does not run
     draw_rows: int = 0  # rows (draws x points) per batched forward of the draws (0: one draw per forward)
     common_draws: bool = False  # predictions on common random numbers per example (a randomised model)
+    not_common: str = ""  # why a randomised model's draws are not common random numbers ('' where they are)
 
     @classmethod
     def from_meta(cls, eot: Mapping[str, Any]) -> EotPlan:
@@ -176,6 +179,7 @@ class EotPlan:
             skipped=dict(eot.get("skipped") or {}),
             draw_rows=int(eot.get("draw_rows", 0)),
             common_draws=bool(eot.get("common_draws", False)),
+            not_common=str(eot.get("common_draws_reason") or ""),
         )
 
     @property
@@ -215,12 +219,18 @@ class EotPlan:
         )
 
     def to_meta(self) -> dict[str, Any]:
-        """The ``eot`` entry of a model in ``meta.json``."""
-        return self.identity() | {
-            "rule": DRAW_RULE if self.draws > 1 else "one forward per prediction",
-            "randomness": dataclasses.asdict(self.randomness) if self.randomness is not None else None,
-            "skipped": dict(self.skipped),
-        }
+        """The ``eot`` entry of a model in ``meta.json``: ``common_draws`` true where a randomised model's votes
+        are on common random numbers, false with ``common_draws_reason`` where its draws escape the seeding."""
+        uncommon = {"common_draws": False, "common_draws_reason": self.not_common} if self.not_common else {}
+        return (
+            self.identity()
+            | uncommon
+            | {
+                "rule": DRAW_RULE if self.draws > 1 else "one forward per prediction",
+                "randomness": dataclasses.asdict(self.randomness) if self.randomness is not None else None,
+                "skipped": dict(self.skipped),
+            }
+        )
 
     def apply(self, suite: Suite) -> tuple[Suite, EotPlan]:
         """The suite as this plan runs it: every gradient attack with ``eot_iter`` at least :attr:`eot_iter`;
@@ -254,7 +264,8 @@ def decide(
     """Probe the first :data:`PROBE_EXAMPLES` points and choose: EOT (:data:`EOT_ITER` draws per gradient)
     for a randomised model under ``auto``, always under ``on``, never under ``off``; ``settings.draws`` draws
     per prediction wherever EOT applies and for a randomised model under every mode (its decision rule, on
-    common random numbers). The probe runs under its own seed and leaves torch's RNG as it found it."""
+    common random numbers, unless :func:`_not_common` finds draws no seeding reaches). The probes run under
+    their own seeds and leave the global RNGs as they found them."""
     randomness = None
     if len(x):
         with seeded(derive_seed(seed, "eot-probe"), device):
@@ -266,25 +277,68 @@ def decide(
     attack_eot = mode is EotMode.ON or (mode is EotMode.AUTO and plan.stochastic)
     if attack_eot or plan.stochastic:  # a randomised model is decided by K draws whatever --eot says
         batchable = not plan.stochastic or _rows_independent(model, x, seed, device)
-        rows = rows_budget(device) if batchable else 0
+        not_common = _not_common(model, x, seed, device) if plan.stochastic else ""
         plan = dataclasses.replace(
             plan,
             draws=settings.draws,
             eot_iter=EOT_ITER if attack_eot else 1,
-            draw_rows=rows,
-            common_draws=plan.stochastic,
+            draw_rows=rows_budget(device) if batchable else 0,
+            common_draws=plan.stochastic and not not_common,
+            not_common=not_common,
         )
     if plan.stochastic:
-        what = "EOT applies" if plan.active else "EOT is off: single-draw gradients"
-        diff = plan.randomness.max_rel_logit_diff if plan.randomness is not None else float("nan")
-        log.warning(
-            "the model is randomised (two forwards differ by up to %.3g of the logits): %s; predictions by "
-            "the vote of K = %d draws on common random numbers",
-            diff,
-            what,
-            plan.draws,
-        )
+        _log_randomised(plan)
     return plan
+
+
+def _log_randomised(plan: EotPlan) -> None:
+    """The warning that says a model was found randomised and what the evaluation does about it."""
+    what = "EOT applies" if plan.active else "EOT is off: single-draw gradients"
+    diff = plan.randomness.max_rel_logit_diff if plan.randomness is not None else float("nan")
+    log.warning(
+        "the model is randomised (two forwards differ by up to %.3g of the logits): %s; predictions by "
+        "the vote of K = %d draws %s",
+        diff,
+        what,
+        plan.draws,
+        "on common random numbers" if plan.common_draws else "seeded per example, but NOT common (see above)",
+    )
+
+
+def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest difference of two forwards' logits relative to the largest logit (at least 1); equal entries
+    (infinities, NaN against NaN included) differ by 0, a NaN against a number by NaN (never within a bound)."""
+    same = (a == b) | (a.isnan() & b.isnan())
+    diff = torch.where(same, torch.zeros_like(a), (a - b).abs())
+    return float(diff.max()) / float(a.nan_to_num().abs().max().clamp_min(1.0)) if a.numel() else 0.0
+
+
+def _not_common(model: nn.Module, x: torch.Tensor, seed: int, device: torch.device) -> str:
+    """Why a randomised model's draws cannot be common random numbers ('' where they can).
+
+    Common random numbers hold only if seeding torch's, NumPy's and Python's global RNGs (:func:`seeded`)
+    fixes every draw: two forwards of the same rows under the same seeding must give the same logits (within
+    :data:`LOGIT_RTOL`, the bar a deterministic model meets). A model that draws from a source nobody seeds
+    (``os.urandom``, an unseeded ``np.random.default_rng()``, the clock) fails it, and its votes are not
+    reproducible: the run says so (meta.json ``common_draws: false`` and the reason) instead of claiming them.
+    """
+    rows = x[:PROBE_EXAMPLES].to(device)
+    runs = []
+    with attack_mode(model), torch.no_grad():
+        for _ in range(2):
+            with seeded(derive_seed(seed, "eot-common"), device):
+                runs.append(model(rows).float())
+    diff = _rel_diff(runs[0], runs[1])
+    if diff <= LOGIT_RTOL:
+        return ""
+    reason = (
+        f"two forwards of the same rows under the same seeding of torch's, NumPy's and Python's global RNGs "
+        f"differ by up to {diff:.3g} of the logits: the model draws from a source the evaluation cannot seed "
+        "(os.urandom, an unseeded np.random.default_rng(), the clock), so its K-draw votes are not "
+        "reproducible and a point no attack moved may lose its clean vote"
+    )
+    log.warning("the model's draws are not common random numbers: %s", reason)
+    return reason
 
 
 def _rows_independent(model: nn.Module, x: torch.Tensor, seed: int, device: torch.device) -> bool:

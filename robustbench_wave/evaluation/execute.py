@@ -31,7 +31,9 @@ from robustbench_wave.attacks.draws import (  # noqa: F401  (DRAW_RULE: re-expor
 Progress = Callable[[int, int], None]  # (group index, number of groups)
 
 
-@torch.inference_mode()  # no autograd bookkeeping at all: same kernels and values as no_grad, less overhead
+# no_grad, not inference_mode (same kernels and values): a defence that takes gradient steps in its forward
+# (purification, TV denoising) turns grad back on inside, which inference mode would not let it do
+@torch.no_grad()
 def predict(
     model: nn.Module,
     x: torch.Tensor,
@@ -59,7 +61,7 @@ def predict(
     return torch.cat(preds), torch.cat(losses)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: see predict
 def predict_common(
     model: nn.Module,
     x: torch.Tensor,
@@ -93,7 +95,8 @@ class Predictor:
     (a randomised model) every prediction is :func:`predict_common`'s: draw k of example i seeded by
     (seed, i, k) only, so the clean vote, every attack's output and a re-audit share their draws, and a point
     an attack left unchanged keeps its clean vote. Otherwise (``--eot on`` for a deterministic model) the
-    draws come from ``derive_seed(seed, "predict", *stream)``. Torch's RNG is restored afterwards.
+    draws come from ``derive_seed(seed, "predict", *stream)``. Each seeding reaches torch's, NumPy's and
+    Python's global RNGs (:func:`~robustbench_wave.attacks.seeding.seeded`); all are restored afterwards.
     """
 
     batch_size: int
