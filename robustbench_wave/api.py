@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import sys
 import tempfile
 import warnings
@@ -32,6 +33,7 @@ from torch import nn
 
 from robustbench_wave import attackrun
 from robustbench_wave.attacks import DEFAULT_SUITE, Suite, parse_eps, parse_threat
+from robustbench_wave.attacks.suite import NO_THREAT, THREATS
 from robustbench_wave.core.distributed import DistContext, resolve_device
 from robustbench_wave.evaluation.chunks import tensor_sha256
 from robustbench_wave.evaluation.eot import EotSettings
@@ -159,13 +161,10 @@ def benchmark(
     settings = _run_settings(
         name, weights, request, n_examples, dataset, seed, train_seed, cross_check, eot, surrogate
     )
-    chosen_suite = _suite(suite, attacks, threat_model, eps)
+    threat_model = _threat(threat_model)
+    chosen_suite = _check_attacked(_suite(suite, attacks, threat_model, eps), threat_model, settings.dataset)
     with contextlib.ExitStack() as stack:
-        folder = (
-            out
-            if out is not None
-            else stack.enter_context(tempfile.TemporaryDirectory(prefix="rbw-benchmark-"))
-        )
+        folder = Path(out) if out is not None else stack.enter_context(_kept_on_failure())
         options = attackrun.RunOptions(
             results_dir=Path(_given(results_dir, attackrun.RunOptions.results_dir)),
             out=Path(folder),
@@ -180,6 +179,44 @@ def benchmark(
         job = attackrun.prepare_job(settings, options, chosen_suite, command, _echo, loaded=loaded)
         attackrun.run_job(job, Shard(), DistContext(device=resolve_device(device or "auto")))
         return _read_back(job.run_dir, settings.key(name), threat_model, kept=out is not None)
+
+
+def _threat(threat_model: str) -> str:
+    """``threat_model`` as the suites spell it (``linf`` -> ``Linf``), refused before any attack when unknown."""
+    threat = parse_threat(threat_model, "threat_model")
+    if threat == NO_THREAT:
+        raise ValueError(f"threat_model {threat_model!r} names no threat; choose one of {', '.join(THREATS)}")
+    return threat
+
+
+def _check_attacked(suite: Suite, threat: str, dataset: str) -> Suite:
+    """``suite``, which attacks ``threat`` on ``dataset`` (else refused: no robust accuracy could be read back
+    after the run)."""
+    attacked = sorted(t for t, budgets in suite.resolved_eps(dataset).items() if budgets)
+    if threat not in attacked:
+        raise ValueError(
+            f"threat_model {threat!r}: suite {suite.name!r} attacks {attacked} on {dataset}; choose one of "
+            "them or a suite that attacks it (suite=...)"
+        )
+    return suite
+
+
+@contextlib.contextmanager
+def _kept_on_failure() -> Iterator[Path]:
+    """A temporary run folder: removed once read back, kept (and named, with how to resume) when the run
+    fails, so no finished attack is lost."""
+    folder = Path(tempfile.mkdtemp(prefix="rbw-benchmark-"))
+    try:
+        yield folder
+    except BaseException as err:
+        if any(folder.iterdir()):
+            note = f"the run folder {folder} is kept: benchmark(..., out={str(folder)!r}) resumes it"
+            log.error("%s", note)
+            err.add_note(note)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_settings(
@@ -230,7 +267,7 @@ def _suite(
     if not values:
         raise ValueError("eps names no budget; give a number, a fraction string or several")
     budgets = tuple(parse_eps(e, where=f"eps {threat}") for e in values)
-    return chosen.with_budgets({parse_threat(threat, "threat_model"): budgets})
+    return chosen.with_budgets({threat: budgets})
 
 
 def _given(value: Any, default: Any) -> Any:

@@ -45,8 +45,9 @@ from robustbench_wave.attacks import (
     modes_for,
     parse_suite,
 )
-from robustbench_wave.evaluation import EvalSettings, EvaluationResult, evaluate
+from robustbench_wave.evaluation import EvalSettings, EvaluationResult
 from robustbench_wave.evaluation.eot import EotPlan, EotSettings
+from robustbench_wave.evaluation.evaluator import evaluate_suite
 from robustbench_wave.evaluation.meta_sections import ModelsMeta, SettingsMeta
 from robustbench_wave.evaluation.metrics import declared_reference, reference_eps, worst_case_rows
 from robustbench_wave.evaluation.trust import Trust
@@ -247,7 +248,7 @@ def _evaluate_subset(
     settings = EvalSettings(
         model_name=model_name, dataset=info, grad_modes=tuple(modes), seed=seed, skip_broken=False, eot=eot
     )
-    return evaluate(model, x, y, suite, settings, example_ids=ids, progress=False)
+    return evaluate_suite(model, x, y, suite, settings, example_ids=ids, progress=False)
 
 
 def _eot_plan(

@@ -25,7 +25,8 @@ from robustbench_wave.attackrun.settings import (
 )
 from robustbench_wave.data import DatasetInfo, LabelledImages, load_test_images
 from robustbench_wave.models.compiled import compile_model
-from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
+from robustbench_wave.models.external import ExternalSpec, build_external
+from robustbench_wave.models.intake import PROBE_SIZE, carry_over, prepare
 from robustbench_wave.training import checkpoint
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,15 @@ def load_model(
     external: ExternalSpec | None = None,
     data: LabelledImages | None = None,
 ) -> Loaded:
-    """One trained zoo model, or the ``external`` one checked on ``data``'s first images (loaded when not
-    given); a missing or corrupt checkpoint, or a model that does not fit the data, ends the command with one
-    clear line."""
+    """One trained zoo model, or the ``external`` one, checked and scanned on ``data``'s first images (loaded
+    when not given; :func:`~robustbench_wave.models.intake.prepare`, every door's path); a missing or corrupt
+    checkpoint, or a model that does not fit the data, ends the command with one clear line."""
     try:
-        if external is None:
-            return checkpoint.load_trained(name, dataset, results_dir, train_seed)
         probe = data if data is not None else load_test_images(dataset, PROBE_SIZE)
-        return build_external(external, probe.info, probe.images)
+        if external is not None:
+            return build_external(external, probe.info, probe.images)
+        model, meta = checkpoint.load_trained(name, dataset, results_dir, train_seed)
+        return prepare(model, probe.images, probe.info.num_classes, name), meta
     except ValueError as err:
         raise RunRefused(f"cannot load model {name!r}: {err}") from None
 
@@ -109,7 +111,7 @@ def load_run_models(
     (external: to fit) ``data``'s data set, compiled as the settings say (a surrogate that is also a model is
     the same compiled module)."""
     external = settings.external
-    models = loaded if loaded is not None else load_models(
+    models = _prepared(loaded, data) if loaded is not None else load_models(
         settings.models, settings.dataset, results_dir, settings.train_seed, external, data
     )  # fmt: skip
     surrogate, sur_key = None, settings.key(settings.surrogate)
@@ -121,10 +123,23 @@ def load_run_models(
         check_dataset(sur_key, surrogate[1], data.info)
     for name, (_, meta) in models.items():
         check_dataset(name, meta, data.info)
-    models = {name: (compile_model(m, settings.compile), meta) for name, (m, meta) in models.items()}
+    models = {
+        name: (carry_over(m, compile_model(m, settings.compile)), meta) for name, (m, meta) in models.items()
+    }
     if surrogate is not None and sur_key in models:
         surrogate = models[sur_key]
     return models, surrogate
+
+
+def _prepared(loaded: dict[str, Loaded], data: LabelledImages) -> dict[str, Loaded]:
+    """Models handed over in memory (``benchmark(module)``), checked and scanned as a loaded one is."""
+    prepared = {}
+    for name, (model, meta) in loaded.items():
+        try:
+            prepared[name] = (prepare(model, data.images, data.info.num_classes, name), meta)
+        except ValueError as err:
+            raise RunRefused(f"cannot attack model {name!r}: {err}") from None
+    return prepared
 
 
 def reload_models(config: dict[str, Any], results_dir: Path, why: str) -> dict[str, Loaded]:

@@ -1,9 +1,10 @@
 """An attack run's escalation (:mod:`robustbench_wave.evaluation.escalation`): where a model's gradient is lost,
 unhandled or masked, Square at 5,000 queries at every threat and a transfer attack from the run's baseline.
 
-Two moments. :func:`after_suite`: a model whose scan found no gradient path (or an unhandled operation) is
-escalated right after its suite, in the same evaluation step (each shard of a sharded run escalates its own
-examples, so the merged records are one process's). :func:`after_checklist`: once the run is written and
+Two moments. After the suite: a model whose scan found no gradient path (or an unhandled operation) is
+escalated right after its suite, in the same evaluation step, by :func:`robustbench_wave.evaluation.evaluate`
+itself (:func:`robustbench_wave.evaluation.escalation.after_suite`; each shard of a sharded run escalates its
+own examples, so the merged records are one process's). :func:`after_checklist`: once the run is written and
 diagnosed, a model none of whose gradient modes passed the checklist is escalated on the whole run, its rows
 appended to ``records.csv.gz`` and ``meta.json`` rewritten; the caller then diagnoses the grown records again.
 Both cache their chunks beside the suite's (``chunks/``, attacks ``escalation_*``), so a killed run resumes,
@@ -47,27 +48,6 @@ class Surrogate:
     @classmethod
     def of(cls, loaded: Loaded | None, name: str | None) -> Surrogate:
         return cls(loaded[0], name) if loaded is not None else cls()
-
-
-def after_suite(
-    result: EvaluationResult,
-    name: str,
-    model: nn.Module,
-    data: LabelledImages,
-    suite: Suite,
-    settings: EvalSettings,
-    surrogate: Surrogate,
-    **evaluate_kwargs: Any,
-) -> EvaluationResult:
-    """``result`` (one model's suite) with its escalation joined when the scan calls for one (else as is)."""
-    reason = esc.scan_reason(model)
-    if reason is None or not esc.norm_grid(suite, settings.dataset) or esc.escalated(result.records, name):
-        return result
-    extra = esc.escalate(
-        model, data.images, data.labels, suite, settings, result.records, reason=reason, stage=esc.SCAN,
-        surrogate=surrogate.model, surrogate_name=surrogate.name, **evaluate_kwargs,
-    )  # fmt: skip
-    return esc.join(result, name, extra)
 
 
 def settings_from_meta(meta: dict[str, Any], name: str, info: Any) -> EvalSettings:

@@ -24,7 +24,7 @@ from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose, echo_ta
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
 from robustbench_wave.attackrun.models import Loaded
-from robustbench_wave.attackrun.run_escalation import Surrogate, after_suite
+from robustbench_wave.attackrun.run_escalation import Surrogate
 from robustbench_wave.attackrun.settings import RunRefused, RunSettings
 from robustbench_wave.core.distributed import DistContext, all_gather_object, barrier
 from robustbench_wave.core.tracking import attack_log_dir, log_attack_tables, preformatted
@@ -157,14 +157,11 @@ def attack_models(
             "save_adversarial": settings.save_adversarial,
             "specs": _spec_ids(tmeta, surrogate),
         }
-        result = evaluate(
-            model, data.images, data.labels, job.suite, eval_settings, surrogate=sur, surrogate_name=sur_name,
+        result = evaluate(  # escalated where the scan found the gradient lost or unhandled
+            model, data.images, data.labels, job.suite, eval_settings, escalation=settings.escalates,
+            surrogate=sur, surrogate_name=sur_name,
             extra_meta=_model_extra(settings, tmeta, job.surrogate_note), **common,
         )  # fmt: skip
-        if settings.escalates:  # where the scan found the gradient lost or unhandled
-            result = after_suite(
-                result, name, model, data, job.suite, eval_settings, Surrogate(sur, sur_name), **common
-            )
         results.append(result)
         job.echo(_summary_line(name, result))
     return results

@@ -37,8 +37,9 @@ from robustbench_wave.core.io import atomic_write_json
 from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.data import DEFAULT_DATASET, dataset_info, load_test_images
 from robustbench_wave.defenses.training import weights_path
-from robustbench_wave.models.external import PROBE_SIZE, ExternalSpec, build_external
+from robustbench_wave.models.external import ExternalSpec, build_external
 from robustbench_wave.models.gallery import GALLERY, UNDEFENDED, GalleryEntry
+from robustbench_wave.models.intake import PROBE_SIZE
 
 log = logging.getLogger(__name__)
 

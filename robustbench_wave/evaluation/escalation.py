@@ -38,7 +38,7 @@ from torch import nn
 
 from robustbench_wave.attacks import AttackKind, Suite, Threat, parse_suite
 from robustbench_wave.evaluation import records as rec
-from robustbench_wave.evaluation.evaluator import evaluate
+from robustbench_wave.evaluation.evaluator import evaluate_suite
 from robustbench_wave.evaluation.plan import EvalSettings
 from robustbench_wave.evaluation.result import EvaluationResult
 from robustbench_wave.evaluation.trust import Trust, path_reason
@@ -164,7 +164,7 @@ def escalate(
     ``prior`` are the model's records of ``suite`` on the same examples (``example_ids`` among
     ``evaluate_kwargs``); their breaks start the worst case. The surrogate is used for transfer unless it is
     the model itself (that would be a white-box attack on the lost gradient). ``evaluate_kwargs`` go to
-    :func:`~robustbench_wave.evaluation.evaluate` (batch size, device, cache, specs, ...); the prior's digest
+    :func:`~robustbench_wave.evaluation.evaluator.evaluate_suite` (batch size, device, cache, specs, ...); the prior's digest
     joins the chunk fingerprint, so a resumed escalation is one of these very records.
     """
     sur = surrogate if surrogate is not None and surrogate is not model else None
@@ -173,7 +173,7 @@ def escalate(
     specs = dict(evaluate_kwargs.pop("specs", None) or {})
     specs["prior_records"] = _frame_sha256(rows)
     log.warning("%s: escalating (%s): %s", settings.model_name, stage, reason)
-    result = evaluate(
+    result = evaluate_suite(
         model, images, labels, esc, settings, surrogate=sur, surrogate_name=surrogate_name if sur else None,
         specs=specs, prior_records=rows, **evaluate_kwargs,
     )  # fmt: skip
@@ -189,6 +189,32 @@ def escalate(
         "resumed_chunks": model_meta.get("resumed_chunks", 0),
     }
     return EvaluationResult(records, {META_KEY: note}, adversarial=result.adversarial)
+
+
+def after_suite(
+    result: EvaluationResult,
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    suite: Suite,
+    settings: EvalSettings,
+    *,
+    surrogate: nn.Module | None = None,
+    surrogate_name: str | None = None,
+    **evaluate_kwargs: Any,
+) -> EvaluationResult:
+    """``result`` (one model's suite) with its escalation joined when the scan calls for one (else as is): what
+    :func:`~robustbench_wave.evaluation.evaluate` does after the suite at every door, each shard of a sharded
+    run on its own examples (so the merged records are one process's)."""
+    reason = scan_reason(model)
+    name = settings.model_name
+    if reason is None or not norm_grid(suite, settings.dataset) or escalated(result.records, name):
+        return result
+    extra = escalate(
+        model, images, labels, suite, settings, result.records, reason=reason, stage=SCAN,
+        surrogate=surrogate, surrogate_name=surrogate_name, **evaluate_kwargs,
+    )  # fmt: skip
+    return join(result, name, extra)
 
 
 def _no_transfer(surrogate: nn.Module | None, model: nn.Module) -> str:

@@ -348,6 +348,11 @@ def _one_step_if_blocked(run: _Run, entry: AttackEntry, mode: str) -> tuple[Atta
         if not input_gradient_blocked(run.model.model, run.images[:2].to(run.device)):
             return entry, None
     entry = dataclasses.replace(entry, params={**entry.params, "steps": 1})
+    log.warning(
+        "%s: %s [%s]: no gradient reaches the input (structurally zero), so this gradient attack cannot move a "
+        "point: its numbers are upper bounds that rest on the gradient-free and transfer attacks",
+        run.settings.model_name, entry.name, mode,
+    )  # fmt: skip
     return entry, "input gradient structurally zero: ran 1 step (identical to all steps)"
 
 
@@ -505,7 +510,7 @@ def _attack_all(run: _Run, plan: Plan, cache: ChunkCache | None, progress: bool)
 # ---------------------------------------------------------------------------------------------------- API
 
 
-def evaluate(
+def evaluate_suite(
     model: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
@@ -524,7 +529,9 @@ def evaluate(
     extra_meta: dict[str, Any] | None = None,
     prior_records: pd.DataFrame | None = None,
 ) -> EvaluationResult:
-    """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records.
+    """Attack ``model`` (logits from [0,1] images) with every entry of ``suite`` and keep per-example records:
+    the suite alone, on a model taken as it is (the public :func:`~robustbench_wave.evaluation.evaluate`
+    checks and scans the model first and escalates after; the checklist and the escalation call this).
 
     ``settings`` (default ``EvalSettings()``) are the choices that change the records: the data set (a
     DatasetInfo or its name) picks the suite's eps block, ``backend`` ('auto', 'builtin', 'torchattacks',

@@ -8,6 +8,8 @@ records, so the evaluation never depends on the reporting.
 from __future__ import annotations
 
 import copy
+import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,15 @@ from robustbench_wave.evaluation.adversarial import (
     file_name,
     read_set,
     write_set,
+)
+from robustbench_wave.evaluation.trust import Trust
+
+log = logging.getLogger(__name__)
+
+#: What every evaluation without the gradient-masking checklist is: measured, never verified.
+NO_CHECKLIST = (
+    "no gradient-masking checklist ran on these records, so no number is verified (unchecked); "
+    "benchmark() or the attack command runs it"
 )
 
 
@@ -50,11 +61,43 @@ class EvaluationResult:
         agreement = metrics.backend_agreement(self.records)
         return agreement if len(agreement) else None
 
+    # ------------------------------------------------------------------------------- what a number is
+    @property
+    def trust(self) -> Trust:
+        """What these numbers are, by the harness's one rule (:class:`~.trust.Trust`): a mode whose gradient the
+        scan found lost is an upper bound; with no checklist (an evaluation has none) nothing is verified."""
+        return Trust.from_run(self.meta, None)
+
+    def standing(self, model: str | None = None) -> str:
+        """``unverified`` (an upper bound: the scan found the gradient lost) or ``unchecked`` (no checklist
+        judged it): an evaluation alone never verifies a number."""
+        return self.trust.standing(self._one_model(model)).value
+
+    def why(self, model: str | None = None) -> dict[str, str]:
+        """Gradient mode -> why its numbers are not trusted."""
+        return self.trust.why(self._one_model(model))
+
+    def upper_bounds(self) -> dict[tuple[str, str], str]:
+        """(model, gradient mode) -> why its numbers are only an upper bound (the scan found its gradient lost)."""
+        return dict(self.trust.marks)
+
+    def warn_upper_bounds(self) -> None:
+        """Log each upper bound once (what :func:`~robustbench_wave.evaluation.evaluate` does on return)."""
+        for (model, mode), why in sorted(self.upper_bounds().items()):
+            log.warning("%s [%s]: its robust accuracies are upper bounds: %s", model, mode, why)
+
+    def _one_model(self, model: str | None) -> str:
+        names = sorted({str(m) for m in self.records["model"]}) if len(self.records) else []
+        if model is None and len(names) != 1:
+            raise ValueError(f"records hold models {names}: pass model= one of them")
+        return model if model is not None else names[0]
+
     def robust_accuracy(
         self, threat: str, eps: float, *, model: str | None = None, grad_mode: str = metrics.WORST_MODE
     ) -> float:
         """Worst-case robust accuracy at (threat, eps) of one model (the only one unless ``model`` is given);
-        ``grad_mode='worst'`` is the worst case over every gradient mode the model was attacked under."""
+        ``grad_mode='worst'`` is the worst case over every gradient mode the model was attacked under. A
+        UserWarning says so when the number rests on a mode that is only an upper bound."""
         rows = self.records if model is None else self.records[self.records["model"] == model]
         if rows["model"].nunique() != 1:
             raise ValueError(f"records hold models {sorted(set(rows['model']))}: pass model= one of them")
@@ -63,7 +106,18 @@ class EvaluationResult:
             if grad_mode not in set(rows["grad_mode"]):
                 raise ValueError(f"no records under gradient mode {grad_mode!r}")
             rows = rows[rows["grad_mode"] == grad_mode]
-        return metrics.robust_accuracy(rows, threat, eps)[0]
+        accuracy = metrics.robust_accuracy(rows, threat, eps)[0]
+        name = str(rows["model"].iloc[0])
+        bounds = {m: w for m in sorted(set(rows["grad_mode"])) if (w := self.trust.upper_bound(name, m))}
+        if bounds:
+            why = "; ".join(f"{m}: {w}" for m, w in bounds.items())
+            warnings.warn(
+                f"{name}'s robust accuracy {accuracy:.4f} at {threat} {eps:g} is an upper bound, not robustness "
+                f"({why})",
+                UserWarning,
+                stacklevel=2,
+            )
+        return accuracy
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write records.csv.gz and meta.json into ``out_dir`` (the tables: ``reporting.tables.write_tables``).
@@ -111,11 +165,27 @@ class EvaluationResult:
         return cls(rec.concat([r.records for r in results]), meta, adversarial=adversarial)
 
     def __str__(self) -> str:
-        """Clean accuracy and the per-threat worst case, one line per (model, grad_mode, threat, eps)."""
+        """Clean accuracy and the per-threat worst case, one line per (model, grad_mode, threat, eps); an upper
+        bound's accuracy marked ``†`` and explained below the table, with the standing of every model."""
         s = self.summary()
-        head = s[(s["threat"] == metrics.CLEAN_THREAT) | (s["attack"] == metrics.WORST)]
+        head = s[(s["threat"] == metrics.CLEAN_THREAT) | (s["attack"] == metrics.WORST)].copy()
         cols = ["model", "grad_mode", "threat", "eps", "n", "robust_accuracy", "ci_low", "ci_high"]
-        return head[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
+        trust = self.trust
+        marked = [
+            row.threat != metrics.CLEAN_THREAT
+            and trust.upper_bound(str(row.model), str(row.grad_mode)) is not None
+            for row in head.itertuples()
+        ]
+        head["robust_accuracy"] = [
+            f"{v:.4g}{'†' if m else ''}" for v, m in zip(head["robust_accuracy"], marked, strict=True)
+        ]
+        lines = [head[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")]
+        lines += [f"† {m} [{g}]: upper bound: {why}" for (m, g), why in sorted(trust.marks.items())]
+        models = sorted({str(m) for m in head["model"]})
+        standings = ", ".join(f"{m}: {trust.standing(m).value}" for m in models)
+        if not trust.checklist and standings:
+            lines.append(f"standing: {standings} ({NO_CHECKLIST})")
+        return "\n".join(lines) + "\n"
 
 
 def load_adversarial(run_dir: str | Path, meta: dict[str, Any]) -> dict[str, AdversarialSet]:

@@ -62,7 +62,7 @@ from torch import nn
 
 from robustbench_wave.core.runfolder import check_safe_name
 from robustbench_wave.data import DatasetInfo, describe_images
-from robustbench_wave.models.autobpda import auto_bpda
+from robustbench_wave.models.intake import one_line, prepare
 from robustbench_wave.models.vit import Normalize
 
 TIMM_PREFIX = "timm:"
@@ -74,21 +74,12 @@ NORMALIZE_KEYWORDS = ("cfg", "data", "none")
 #: How to look up timm's architecture names (in error messages and --help).
 TIMM_NAMES_HINT = "list them with: python -c \"import timm; print(timm.list_models('*vit*'))\""
 
-#: Images of the data set run through a model before it is accepted.
-PROBE_SIZE = 2
-
 Normalization = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 def is_external(reference: str) -> bool:
     """True for ``timm:NAME`` and ``MODULE:FACTORY`` references (zoo names and spec paths have no ':')."""
     return ":" in reference
-
-
-def _one_line(err: BaseException) -> str:
-    """An exception as one line of an error message (user code may raise multi-line text)."""
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _short_hash(text: str) -> str:
@@ -229,9 +220,7 @@ def build_external(
         net, kwargs, source = _timm_model(spec, info) if spec.is_timm else _factory_model(spec)
     weights_sha = _load_weights(spec, net)
     norm = _normalization(spec, net, info)
-    model = _wrap(net, norm).eval()
-    _probe(model, probe, info)
-    model = _with_auto_bpda(spec, model, probe)
+    model = prepare(_wrap(net, norm).eval(), probe, info.num_classes, spec.slug, fit_hint(info))
     description = describe(spec, kwargs, norm, source)
     meta = {
         "name": spec.slug,
@@ -288,9 +277,9 @@ def _create_timm(spec: ExternalSpec, kwargs: dict[str, Any]) -> nn.Module:
     except TypeError as err:
         if "img_size" in kwargs and "img_size" in str(err):
             raise _NoImgSize from None
-        raise ValueError(f"timm.create_model failed: {_one_line(err)}") from None
+        raise ValueError(f"timm.create_model failed: {one_line(err)}") from None
     except Exception as err:  # any failure of the architecture's constructor is the user's
-        raise ValueError(f"timm.create_model failed: {_one_line(err)}") from None
+        raise ValueError(f"timm.create_model failed: {one_line(err)}") from None
 
 
 def _factory_model(spec: ExternalSpec) -> tuple[nn.Module, dict[str, Any], str | None]:
@@ -310,7 +299,7 @@ def _factory_model(spec: ExternalSpec) -> tuple[nn.Module, dict[str, Any], str |
     try:
         net = factory(**kwargs)
     except Exception as err:  # user code: any failure becomes one line
-        raise ValueError(f"calling {spec.attr}() raised {_one_line(err)}") from None
+        raise ValueError(f"calling {spec.attr}() raised {one_line(err)}") from None
     if not isinstance(net, nn.Module):
         raise ValueError(f"{spec.attr}() returned a {type(net).__name__}, not a torch.nn.Module")
     return net, kwargs, source
@@ -368,7 +357,7 @@ def _import(spec: ExternalSpec) -> tuple[ModuleType, str | None]:
             "or give path/to/file.py:FACTORY"
         ) from None
     except Exception as err:  # user code: any failure becomes one line
-        raise ValueError(f"importing {spec.target} raised {_one_line(err)}") from None
+        raise ValueError(f"importing {spec.target} raised {one_line(err)}") from None
     file = getattr(module, "__file__", None)
     return module, (_sha256_bytes(Path(file).read_bytes()) if file and Path(file).is_file() else None)
 
@@ -415,7 +404,7 @@ def load_weights_strict(path: Path, model: nn.Module) -> str:
         state = load_safetensors_bytes(data)
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(
-            f"weights file {path} is not a safetensors file ({_one_line(err)}); save the weights with "
+            f"weights file {path} is not a safetensors file ({one_line(err)}); save the weights with "
             "safetensors.torch.save_file(model.state_dict(), PATH) (pickled .pt files are not read)"
         ) from None
     own = model.state_dict()
@@ -485,35 +474,9 @@ def _wrap(net: nn.Module, norm: Normalization | None) -> nn.Module:
     return nn.Sequential(OrderedDict(normalize=Normalize(*norm), net=net))
 
 
-def _with_auto_bpda(spec: ExternalSpec, model: nn.Module, images: torch.Tensor) -> nn.Module:
-    """The model with the bpda mode its input path calls for (:func:`~.autobpda.auto_bpda`)."""
-    try:
-        return auto_bpda(model, images, spec.slug)
-    except Exception as err:  # user code (a bpda_approximation, a forward under the scan): one line
-        raise ValueError(f"its bpda mode fails on the data set's first images: {_one_line(err)}") from None
-
-
-def _probe(model: nn.Module, images: torch.Tensor, info: DatasetInfo) -> None:
-    """The model takes the data set's images and returns finite logits (N, num_classes)."""
-    x, num_classes = images[:PROBE_SIZE], info.num_classes
-    try:
-        with torch.no_grad():
-            out = model(x)
-    except Exception as err:  # user code: any failure becomes one line
-        raise ValueError(
-            f"it cannot take the data set's images: {_one_line(err)}. {describe_images(info)}; build the model "
-            f"for that size (a factory that takes img_size gets {info.img_size}, or --img-size "
-            f"{info.img_size}), or choose the --dataset whose images it takes"
-        ) from None
-    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
-        raise ValueError(
-            f"it returned {type(out).__name__} "
-            f"{getattr(out, 'dtype', '')}, not a float tensor of logits".replace("  ", " ")
-        )
-    if tuple(out.shape) != (len(x), num_classes):
-        raise ValueError(
-            f"it returned logits of shape {tuple(out.shape)} for {len(x)} images; the "
-            f"data set needs ({len(x)}, {num_classes}) (one logit per class)"
-        )
-    if not torch.isfinite(out).all():
-        raise ValueError("it returned non-finite logits on the data set's first images")
+def fit_hint(info: DatasetInfo) -> str:
+    """What to do when a model cannot take the data set's images (for :func:`~.intake.check_outputs`)."""
+    return (
+        f". {describe_images(info)}; build the model for that size (a factory that takes img_size gets "
+        f"{info.img_size}, or --img-size {info.img_size}), or choose the --dataset whose images it takes"
+    )

@@ -35,7 +35,7 @@ def test_the_subset_attacks_follow_the_runs_eot_choice(
         seen.append(args[4].eot)
         raise _Stop
 
-    monkeypatch.setattr(diagnostics, "evaluate", stop)
+    monkeypatch.setattr(diagnostics, "evaluate_suite", stop)
     x = toy_data(8)
     with pytest.raises(_Stop):
         diagnostics.run_diagnostics(

@@ -78,7 +78,8 @@ def _evaluate(
 ) -> tuple[pd.DataFrame, dict]:
     x, y = _near_tie_data()
     model = model if model is not None else NearTie()
-    result = evaluate(model, x, y, SUITE, EvalSettings(eot=eot), progress=False, batch_size=batch_size)
+    settings = EvalSettings(eot=eot, grad_modes=("exact",))  # the exact gradient: zero, so FGSM moves nothing
+    result = evaluate(model, x, y, SUITE, settings, progress=False, batch_size=batch_size)
     return result.records, result.meta["models"]["model"]["eot"]
 
 

@@ -698,7 +698,7 @@ CASES = [
     Case(
         "a-ext-wrong-output-shape",
         "attack",
-        ("(2, 5)", "(2, 10)"),
+        ("(8, 5)", "(8, 10)"),
         _ext("five_classes"),
         setup=_both(EXT_FILE, _tensors(WEIGHTS, {"2.weight": (5, 64), "2.bias": (5,)})),
     ),

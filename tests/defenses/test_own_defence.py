@@ -361,7 +361,7 @@ def test_a_baseline_of_other_classes_or_image_size_is_refused_by_name(tmp_path: 
     base = ["attack", "--results-dir", str(out), "--dataset", "synthetic", "--defence", f"{src}:quantised_cnn",
             "--weights", str(root / "plain_cnn.safetensors")]  # fmt: skip
     for name, message in (
-        ("five_classes", r"returned logits of shape \(2, 5\) .* needs \(2, 10\)"),
+        ("five_classes", r"returned logits of shape \(8, 5\) .* needs \(8, 10\)"),
         ("for_28px", "cannot take the data set's images"),
     ):
         with pytest.raises(SystemExit, match=f"--baseline {src}:{name}: .*{message}"):

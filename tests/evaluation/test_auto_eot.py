@@ -168,7 +168,9 @@ def test_gradient_attacks_get_20_eot_iterations_or_are_skipped_with_a_reason() -
     y = torch.arange(12) % CLASSES
     x[:, 0, 0, 1] = 0.3  # Flipper reads pixels 0 and 1 only
     x[:, 0, 0, 0] = y.float() / (CLASSES - 1)
-    result = evaluate(Flipper(), x, y, parse_suite(GRADIENT_SUITE), EvalSettings(eot=EotSettings(draws=3)))
+    result = evaluate(
+        Flipper(), x, y, parse_suite(GRADIENT_SUITE), EvalSettings(eot=EotSettings(draws=3)), escalation=False
+    )
     attacks, eot = result.meta["attacks"], result.meta["models"]["model"]["eot"]
     assert {a: attacks[a]["params"]["eot_iter"] for a in ("fgsm", "pgd", "apgd")} == dict.fromkeys(
         ("fgsm", "pgd", "apgd"), EOT_ITER

@@ -168,7 +168,9 @@ def test_a_lost_gradient_escalates_and_square_5000_breaks_count() -> None:
     model = auto_bpda(model.eval(), data.images, "list")
     suite = load_suite("smoke").select(["fgsm", "pgd_linf", "pgd_l2", "square"])
     settings = EvalSettings(model_name="list", dataset=data.info, cross_check="off")
-    before = evaluate(model, data.images, data.labels, suite, settings, batch_size=16, progress=False)
+    before = evaluate(
+        model, data.images, data.labels, suite, settings, batch_size=16, progress=False, escalation=False
+    )
     reason = esc.scan_reason(model)
     assert reason is not None and reason.startswith("no gradient reaches the input")
     extra = esc.escalate(

@@ -37,6 +37,12 @@ def test_the_documented_evaluate_example_runs(capsys) -> None:
     assert float(delta.max()) <= 0.1 + 1e-6 and float(broken.x.min()) >= 0 and float(broken.x.max()) <= 1
     with torch.no_grad():
         assert not (scope["model"](broken.x).argmax(1) == labels[broken.example_id]).any()
-    assert "of them still classified correctly: 0" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "of them still classified correctly: 0" in printed
+    jpeg = scope["jpeg"]  # the JPEG defence: scanned in memory, BPDA across the PIL round trip
+    assert "['bpda', 'exact']" in printed and set(jpeg.records["grad_mode"]) == {"exact", "bpda"}
+    exact = jpeg.robust_accuracy("Linf", 0.1, grad_mode="exact")
+    assert jpeg.robust_accuracy("Linf", 0.1) < exact  # the exact gradient alone would overstate it
+    assert f"JPEG, worst case: {jpeg.robust_accuracy('Linf', 0.1):.1%}; unchecked" in printed
     with pytest.raises(ValueError, match="was not evaluated"):
         result.robust_accuracy("Linf", 8 / 255)
