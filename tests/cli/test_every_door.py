@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import robustbench_wave
-from robustbench_wave import attack, gallery
+from robustbench_wave import api, attack, gallery
 from robustbench_wave.attacks import load_suite
 from robustbench_wave.data import load_split, load_test_images, to_float
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.records import read_run
+from robustbench_wave.models.autobpda import gradient_path
 from tests.support import REPO
 from tests.support import external_models as ext
 from tests.support.roundtrip_models import jpeg_pooled_linear
@@ -97,3 +98,33 @@ def test_one_defence_through_every_door_gives_the_same_records(tmp_path: Path, w
     assert set(reference["grad_mode"]) == {"exact", "bpda"}  # the scan linked the JPEG round trip
     for door, rows in by_door.items():
         pd.testing.assert_frame_equal(rows, reference, obj=door)
+
+
+class _Stop(Exception):
+    """Raised by the stand-in for ``run_job``: the job is caught once prepared, before any attack."""
+
+
+def test_an_in_memory_model_offers_the_bpda_mode_the_scan_found(
+    monkeypatch: pytest.MonkeyPatch, weights: Path
+) -> None:
+    """``benchmark(module, grad_modes=["bpda"])`` was refused ("the model does not offer bpda"): the module was
+    never scanned. Now it is prepared before its modes are resolved, as a loaded model is."""
+    jobs = []
+
+    def stand_in(job, *args, **kwargs):  # type: ignore[no-untyped-def]
+        jobs.append(job)
+        raise _Stop
+
+    monkeypatch.setattr(api.attackrun, "run_job", stand_in)
+    with pytest.raises(_Stop):
+        robustbench_wave.benchmark(
+            _module(weights),
+            n_examples=N,
+            dataset="synthetic",
+            suite="smoke",
+            grad_modes=["bpda"],
+            progress=False,
+        )
+    (job,) = jobs
+    assert list(job.modes["model"]) == ["bpda"]
+    assert gradient_path(job.models["model"][0]).round_trips  # the PIL round trip, linked by the identity
