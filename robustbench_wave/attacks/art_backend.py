@@ -21,10 +21,8 @@ blocks (``per_example_rng=False``) like the other libraries.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +31,8 @@ from torch import nn
 
 from robustbench_wave.attacks.model_state import model_device
 from robustbench_wave.attacks.registry import AttackRequest, RunOutput, register_attack
-from robustbench_wave.attacks.torchattacks_backend import square_queries, target_count
+from robustbench_wave.attacks.seeding import host_rngs
+from robustbench_wave.attacks.torchattacks_backend import SQUARE_VOTE_DRAWS, square_queries, target_count
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +43,10 @@ _ART_RHO = 0.75  # ART's APGD has this step-size threshold built in
 _APGD_STEP = 2.0  # AutoAttack's initial step, in units of eps
 
 
-@contextlib.contextmanager
-def library_rng(seed: int) -> Iterator[None]:
-    """Seed NumPy's and Python's global RNGs (ART's sources of randomness), restoring the caller's afterwards."""
-    # ART draws from NumPy's legacy global RNG, so that is the one to seed
-    np_state, py_state = np.random.get_state(), random.getstate()  # noqa: NPY002
-    np.random.seed(seed % (1 << 32))  # noqa: NPY002
-    random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(np_state)  # noqa: NPY002
-        random.setstate(py_state)
+#: Seed NumPy's and Python's global RNGs (ART's sources of randomness), restoring the caller's afterwards.
+#: The evaluation's :func:`~robustbench_wave.attacks.seeding.seeded` block seeds them too; the runners seed
+#: again right before ART draws, so a forward of a randomised model earlier in the block moves none of ART's.
+library_rng = host_rngs
 
 
 def _classifier(request: AttackRequest) -> Any:
@@ -143,7 +134,7 @@ def art_apgd(request: AttackRequest) -> RunOutput:
 
 def _targets(request: AttackRequest, n: int) -> torch.Tensor:
     """(B, n): per point, the classes with the 2nd, 3rd, ... highest clean logit (AutoAttack's targets)."""
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: a forward may take gradient steps
         order = request.model(request.images).argsort(dim=1, descending=True)
     return order[:, 1 : n + 1]
 
@@ -163,7 +154,7 @@ def art_apgdt(request: AttackRequest) -> RunOutput:
             if len(idx) == 0:
                 break
             adv = _back(atk.generate(_numpy(x[idx]), y=targets[idx, k].cpu().numpy()), x[idx], request.name)
-            with torch.inference_mode():
+            with torch.no_grad():  # not inference_mode: a forward may take gradient steps
                 broken = request.model(adv).argmax(1) != y[idx]
             out[idx] = torch.where(broken[:, None, None, None], adv, out[idx])
             standing[idx[broken]] = False
@@ -171,9 +162,15 @@ def art_apgdt(request: AttackRequest) -> RunOutput:
 
 
 def square_rejects(threat: str, params: Mapping[str, Any]) -> str | None:
-    """ART's Square ascends the margin loss only."""
+    """ART's Square ascends the margin loss only, and scores each query by one forward of the points it
+    batches (no example ids, so no K-draw vote on the records' common random numbers)."""
     if params.get("loss", "margin") != "margin":
         return f"ART's Square has no {params['loss']!r} loss (margin only): use backend = 'torchattacks'"
+    if params.get(SQUARE_VOTE_DRAWS, 1) > 1:
+        return (
+            "ART's Square scores a query by one forward, not by the K-draw vote of a randomised model "
+            f"({SQUARE_VOTE_DRAWS} > 1): use backend = 'torchattacks'"
+        )
     return None
 
 

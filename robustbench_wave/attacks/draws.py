@@ -12,10 +12,11 @@ keeps one draw per forward (the loop every EOT library runs).
 Three forms, one per kind of caller:
 
 * :func:`eot_loss_grad` / :func:`draw_logits` -- the builtin PGD engine (and checks' own votes);
-* :func:`common_draw_logits` -- the K draws of a randomised model's predictions, on common random numbers:
-  each example forwarded alone (its K draws together when its rows draw independently), torch's RNG seeded
-  by (seed, example id, draw) only, so a point classified twice -- clean and after an attack that left it
-  unchanged, in any batch -- gets the same draws and the same vote;
+* :func:`common_draw_logits` -- the K draws of a randomised model's predictions (and of Square's queries
+  under the 'rand' protocol, scored by :func:`vote_margin`), on common random numbers:
+  each example forwarded alone (its K draws together when its rows draw independently), torch's, NumPy's
+  and Python's global RNGs seeded by (seed, example id, draw) only, so a point classified twice -- clean
+  and after an attack that left it unchanged, in any batch -- gets the same draws and the same vote;
 * :func:`with_batched_draws` -- torchattacks' own EOT loop (APGD, APGD-T, EOTPGD: ``eot_iter`` calls of
   ``get_logits`` at one point, each followed by its own backward, the gradients summed), served from batched
   forwards: each call returns its own draw's logits, and the whole step's gradient comes back with the last
@@ -70,11 +71,36 @@ def vote(logits: torch.Tensor | Sequence[torch.Tensor], y: torch.Tensor) -> tupl
     correct only when the model answers it right more often than any wrong way, so one lucky draw neither
     saves nor breaks it. The mean cross-entropy is the loss EOT attacks maximise.
     """
-    draws = logits.float() if isinstance(logits, torch.Tensor) else torch.stack([z.float() for z in logits])
-    counts = nn.functional.one_hot(draws.argmax(2), draws.shape[2]).sum(0).float()
-    score = 2 * counts + draws.softmax(2).mean(0)  # a one-vote lead outweighs any mean-softmax difference
+    draws = _stacked(logits)
     loss = torch.stack([nn.functional.cross_entropy(z, y, reduction="none") for z in draws]).mean(0)
-    return score.argmax(1), loss
+    return _vote_score(draws).argmax(1), loss
+
+
+def _stacked(logits: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """``(K, B, C)`` float logits from a tensor or a sequence of ``(B, C)`` draws."""
+    return logits.float() if isinstance(logits, torch.Tensor) else torch.stack([z.float() for z in logits])
+
+
+def _vote_score(draws: torch.Tensor) -> torch.Tensor:
+    """``(B, C)``: twice each class's votes plus its mean softmax, so a one-vote lead outweighs any
+    mean-softmax difference and the highest score is :func:`vote`'s class."""
+    counts = nn.functional.one_hot(draws.argmax(2), draws.shape[2]).sum(0).float()
+    return 2 * counts + draws.softmax(2).mean(0)
+
+
+def vote_margin(logits: torch.Tensor | Sequence[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+    """Per point, the vote's score of ``y`` less the best other class's: positive exactly where :func:`vote`
+    picks ``y`` (an exact tie it breaks towards ``y`` counts as the smallest positive float).
+
+    A score-based attack that stops at a margin <= 0 (Square) then stops exactly where the K-draw vote is
+    wrong, not where one lucky draw was."""
+    score = _vote_score(_stacked(logits))
+    rows = torch.arange(len(score), device=score.device)
+    own = score[rows, y]
+    others = score.clone()
+    others[rows, y] = -float("inf")
+    margin = own - others.max(1)[0]
+    return torch.where(score.argmax(1) == y, margin.clamp_min(torch.finfo(margin.dtype).tiny), margin)
 
 
 def draws_per_forward(points: int, draws: int, rows: int) -> int:
@@ -118,7 +144,9 @@ def common_draw_logits(
     Torch's global RNG is one stream per forward, so a row's draw depends on the rows before it; each example
     therefore goes through the model alone: its draws ``k .. k + m - 1`` in one forward of ``m`` copies seeded
     by (seed, id, k), ``m`` = :func:`draws_per_forward` of one point (all K when ``rows`` holds them; one when
-    ``rows <= 0``, a model that draws once per forward). Torch's RNG is restored afterwards."""
+    ``rows <= 0``, a model that draws once per forward). NumPy's and Python's global RNGs are seeded with it
+    (:func:`~robustbench_wave.attacks.seeding.seeded`), for defences that draw from them; all three are
+    restored afterwards."""
     m = draws_per_forward(1, draws, rows)
     out = []
     for xi, i in zip(x, ids.tolist(), strict=True):

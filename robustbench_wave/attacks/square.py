@@ -14,20 +14,35 @@ nothing from torch's RNG: true of the zoo models in eval mode (measured: no last
 point alone, in any subset or in the full block; :class:`~robustbench_wave.attacks.model_state.GradSafe`
 pads 1-3 row batches). Each call checks it on its own block before skipping anything
 (:func:`answers_repeat`), and skips only in batches of :data:`MIN_SKIP_ROWS` rows or more, where CPU kernels
-no longer change with the row count; a randomised model (the 'rand' protocol still runs Square on it) or one
-whose rows depend on the batch is queried on every point, exactly as torchattacks does.
-``tests/attacks/test_square_runner.py`` checks the returned points against ``torchattacks.Square`` itself.
+no longer change with the row count; a model whose rows depend on the batch, or a randomised model scored by
+single draws, is queried on every point, exactly as torchattacks does.
+
+A randomised model under the 'rand' protocol (the entry's ``vote_draws`` = K > 1, :class:`VoteQueries`) is
+queried as the records judge it: each query's loss is the mean over its K draws (of the margin, or of the
+cross-entropy), and its success test is the K-draw vote (:func:`~robustbench_wave.attacks.draws.vote_margin`)
+on the very draws the records' vote uses (common random numbers:
+:func:`~robustbench_wave.attacks.draws.common_draw_logits`, seeded by the run's seed, the example's id and the
+draw). Square then never stops on a lucky single draw that the records' vote reverses: a point it reports
+broken is broken in the records. Those answers depend on the point and its id only, so an unchanged point's
+stored answer is its answer in any batch, and is always reused. L2 runs torchattacks' own loop with the same
+scoring (:func:`vote_square`). ``tests/attacks/test_square_runner.py`` checks the returned points against
+``torchattacks.Square`` itself, ``tests/attacks/test_square_votes.py`` the K-draw scoring.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from robustbench_wave.attacks.draws import common_draw_logits, vote, vote_margin
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +105,69 @@ def margin_and_loss(
     return margin, (margin if loss == "margin" else -1.0 * xent)
 
 
+def vote_margin_and_loss(
+    logits: torch.Tensor, y: torch.Tensor, loss: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """From K draws' logits ``(K, B, C)``: (the vote's margin, positive exactly where the K-draw vote is ``y``;
+    the loss Square minimises: the mean over the draws of torchattacks' margin, or of minus the cross-entropy)."""
+    draws = logits.float()
+    u = torch.arange(draws.shape[1], device=draws.device)
+    y_corr = draws[:, u, y]
+    others = draws.clone()
+    others[:, u, y] = -float("inf")
+    margin = (y_corr - others.max(dim=-1)[0]).mean(0)
+    return vote_margin(draws, y), (margin if loss == "margin" else -1.0 * vote(draws, y)[1])
+
+
+@dataclass(frozen=True)
+class VoteQueries:
+    """Score Square's queries by the records' K-draw vote: ``draws`` (K) draws per query on common random
+    numbers under ``seed`` (the run's), per example id, ``rows`` rows per forward (the run's ``eot_rows``)."""
+
+    ids: torch.Tensor  # (B,) example ids of the block, in its order
+    seed: int
+    draws: int
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        if self.draws < 1:
+            raise ValueError(f"Square's K-draw scoring needs draws >= 1, got {self.draws}")
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """What Square asks of the model about points of its block, named by their positions ``pos`` in it:
+    (margin, loss) and whether the model is still right. Single draws (``votes`` None): one forward,
+    torchattacks' expressions; else the K-draw vote of :class:`VoteQueries`."""
+
+    model: nn.Module
+    y: torch.Tensor  # (B,) labels of the block
+    loss: str
+    votes: VoteQueries | None = None
+
+    def _draws(self, x: torch.Tensor, pos: torch.Tensor, v: VoteQueries) -> torch.Tensor:
+        """``(K, B, C)``: the K draws of the points at ``pos``, those the records' vote of their ids uses."""
+        ids = v.ids.to("cpu")[pos.to("cpu")]
+        return common_draw_logits(self.model, x, ids, v.seed, v.draws, v.rows, x.device)
+
+    @torch.no_grad()
+    def margin_and_loss(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.votes is None:
+            return margin_and_loss(self.model, x, self.y[pos], self.loss)
+        return vote_margin_and_loss(self._draws(x, pos, self.votes), self.y[pos], self.loss)
+
+    @torch.no_grad()
+    def correct(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if self.votes is None:
+            return self.model(x).max(1)[1] == self.y[pos]
+        return vote(self._draws(x, pos, self.votes), self.y[pos])[0] == self.y[pos]
+
+    @property
+    def min_skip_rows(self) -> int:
+        """Fewest changed points a query must have to skip the unchanged ones (K-draw answers: none)."""
+        return 0 if self.votes is not None else MIN_SKIP_ROWS
+
+
 def _rng_state(device: torch.device) -> list[torch.Tensor]:
     """torch's global RNG state: the CPU generator's, and the device's when it is a GPU."""
     states = [torch.get_rng_state()]
@@ -140,49 +218,52 @@ def _proposal(
 
 
 def _query(
-    model: nn.Module, x_new: torch.Tensor, y: torch.Tensor, best: _Best | None, loss: str, count: QueryCount
+    scorer: Scorer, x_new: torch.Tensor, pos: torch.Tensor, best: _Best | None, count: QueryCount
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(margin, loss) of every proposal. With ``best`` (the model's answers repeat) and at least
-    :data:`MIN_SKIP_ROWS` points changed, only those are queried and an unchanged point gets its stored values;
-    otherwise every point is queried in one batch, as torchattacks does. (The stored values then come from
-    batches of at least that many rows too: the number of points still standing never grows.)"""
+    """(margin, loss) of every proposal (``pos``: the points' positions in the block). With ``best`` (the
+    model's answers repeat) and at least :attr:`Scorer.min_skip_rows` points changed, only those are queried
+    and an unchanged point gets its stored values; otherwise every point is queried in one batch, as
+    torchattacks does. (The stored values then come from batches of at least that many rows too: the number
+    of points still standing never grows.)"""
     rows = None if best is None else (x_new != best.x).flatten(1).any(1).nonzero().flatten()
-    if rows is None or len(rows) == len(y) or len(rows) < MIN_SKIP_ROWS:
-        count.made += len(y)
-        return margin_and_loss(model, x_new, y, loss)
+    if rows is None or len(rows) == len(pos) or len(rows) < scorer.min_skip_rows:
+        count.made += len(pos)
+        return scorer.margin_and_loss(x_new, pos)
     margin, loss_out = best.margin.clone(), best.loss.clone()
     count.made += len(rows)
-    count.skipped += len(y) - len(rows)
-    margin[rows], loss_out[rows] = margin_and_loss(model, x_new[rows], y[rows], loss)
+    count.skipped += len(pos) - len(rows)
+    if len(rows):
+        margin[rows], loss_out[rows] = scorer.margin_and_loss(x_new[rows], pos[rows])
     return margin, loss_out
 
 
 def _single_run(
-    model: nn.Module,
+    scorer: Scorer,
     x: torch.Tensor,
-    y: torch.Tensor,
+    pos: torch.Tensor,
     settings: SquareSettings,
     count: QueryCount,
     skip: bool,
 ) -> torch.Tensor:
-    """One restart of the random search on ``x`` (torchattacks' ``attack_single_run``, L∞); the best points."""
+    """One restart of the random search on ``x`` (the block's points at positions ``pos``; torchattacks'
+    ``attack_single_run``, L∞); the best points."""
     eps, device = settings.eps, x.device
     c, h, w = x.shape[1:]
     n_features = c * h * w
     x_best = torch.clamp(x + eps * random_choice([x.shape[0], c, 1, w], device), 0.0, 1.0)
-    margin_min, loss_min = margin_and_loss(model, x_best, y, settings.loss)
-    count.made += len(y)
+    margin_min, loss_min = scorer.margin_and_loss(x_best, pos)
+    count.made += len(pos)
     for i_iter in range(settings.n_queries):
         idx = (margin_min > 0.0).nonzero().flatten()
         if len(idx) == 0:
             break
-        x_curr, x_best_curr, y_curr = x[idx], x_best[idx], y[idx]
+        x_curr, x_best_curr, pos_curr = x[idx], x_best[idx], pos[idx]
         margin_min_curr, loss_min_curr = margin_min[idx], loss_min[idx]
         p = p_selection(settings.p_init, i_iter, settings.n_queries)
         s = max(round(math.sqrt(p * n_features / c)), 1)
         x_new = _proposal(x_curr, x_best_curr, eps, s, device)
         best = _Best(x_best_curr, margin_min_curr, loss_min_curr) if skip else None
-        margin, loss = _query(model, x_new, y_curr, best, settings.loss, count)
+        margin, loss = _query(scorer, x_new, pos_curr, best, count)
         # torchattacks' update, expression for expression (0/1 floats, not torch.where)
         improved = (loss < loss_min_curr).float()
         loss_min[idx] = improved * loss + (1.0 - improved) * loss_min_curr
@@ -197,19 +278,30 @@ def _single_run(
 
 @torch.no_grad()
 def square_linf(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, settings: SquareSettings
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    settings: SquareSettings,
+    votes: VoteQueries | None = None,
 ) -> tuple[torch.Tensor, QueryCount]:
     """Untargeted L∞ Square on (x, y): the points torchattacks' ``Square(norm='Linf')`` returns, and the
-    forwards made and skipped. Seeds torch's global RNG with ``settings.seed``, as torchattacks does."""
+    forwards made and skipped (queries of single points). Seeds torch's global RNG with ``settings.seed``, as
+    torchattacks does. ``votes``: every query scored by the K-draw vote (module docstring)."""
     if x.dim() != 4:
         raise ValueError(f"Square expects images (N, C, H, W), got shape {tuple(x.shape)}")
     count = QueryCount()
     x, y = x.clone().detach(), y.clone().detach().long()
     adv = x.clone()
-    rng = _rng_state(x.device)
-    logits = model(x)
-    skip = answers_repeat(model, x, logits, rng)
-    acc = logits.max(1)[1] == y
+    scorer = Scorer(model, y, settings.loss, votes)
+    if votes is None:
+        rng = _rng_state(x.device)
+        logits = model(x)
+        skip = answers_repeat(model, x, logits, rng)
+        acc = logits.max(1)[1] == y
+    elif not len(y):
+        return adv, count
+    else:  # common random numbers: a point's answer is the same whenever and with whatever it is queried
+        skip, acc = True, scorer.correct(x, torch.arange(len(y), device=x.device))
     count.made += len(y)
     torch.random.manual_seed(settings.seed)
     torch.cuda.random.manual_seed(settings.seed)
@@ -217,10 +309,59 @@ def square_linf(
         ind_to_fool = acc.nonzero().flatten()
         if ind_to_fool.numel() == 0:
             continue
-        adv_curr = _single_run(model, x[ind_to_fool].clone(), y[ind_to_fool].clone(), settings, count, skip)
-        fooled = (model(adv_curr).max(1)[1] != y[ind_to_fool]).nonzero().flatten()
+        adv_curr = _single_run(scorer, x[ind_to_fool].clone(), ind_to_fool, settings, count, skip)
+        fooled = (~scorer.correct(adv_curr, ind_to_fool)).nonzero().flatten()
         count.made += len(ind_to_fool)
         acc[ind_to_fool[fooled]] = False
         adv[ind_to_fool[fooled]] = adv_curr[fooled].clone()
     log.debug("square: %d single-point forwards, %d skipped (unchanged points)", count.made, count.skipped)
     return adv, count
+
+
+@functools.cache
+def _voting_square_class() -> type:
+    """torchattacks' ``Square`` whose labels are the points' positions in their block, every query and success
+    test answered by a :class:`Scorer` (the K-draw vote): the library's own loop, L2 included."""
+    import torchattacks
+
+    class VotingSquare(torchattacks.Square):
+        scorer: Scorer
+
+        def margin_and_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.scorer.margin_and_loss(x, y)
+
+        def perturb(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+            """torchattacks' untargeted ``perturb``, with the scorer's success test instead of one forward."""
+            self.init_hyperparam(x)
+            adv = x.clone()
+            acc = self.scorer.correct(x, torch.arange(len(x), device=x.device))
+            torch.random.manual_seed(self.seed)
+            torch.cuda.random.manual_seed(self.seed)
+            for _ in range(self.n_restarts):
+                ind_to_fool = acc.nonzero().flatten()
+                if ind_to_fool.numel() == 0:
+                    continue
+                _, adv_curr = self.attack_single_run(x[ind_to_fool].clone(), ind_to_fool)
+                fooled = (~self.scorer.correct(adv_curr, ind_to_fool)).nonzero().flatten()
+                acc[ind_to_fool[fooled]] = False
+                adv[ind_to_fool[fooled]] = adv_curr[fooled].clone()
+            return adv
+
+    return VotingSquare
+
+
+def vote_square(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    norm: str,
+    settings: Mapping[str, Any],
+    votes: VoteQueries,
+) -> torch.Tensor:
+    """torchattacks' untargeted ``Square(norm=norm, **settings)`` on (x, y) with every query scored by the
+    K-draw vote of ``votes`` (the L2 attack; L∞ has :func:`square_linf`, which skips unchanged points)."""
+    if not len(x):
+        return x.clone()
+    atk = _voting_square_class()(model, norm=norm, **settings)
+    atk.scorer = Scorer(model, y.clone().detach().long(), str(settings.get("loss", "margin")), votes)
+    return atk(x, torch.arange(len(x), device=x.device)).detach()

@@ -43,9 +43,11 @@ from robustbench_wave.attacks.registry import (
     register_attack,
     register_family,
 )
-from robustbench_wave.attacks.square import SquareSettings, square_linf
+from robustbench_wave.attacks.square import SquareSettings, VoteQueries, square_linf, vote_square
 
 TARGETED_TRAITS = (Trait.ITERATIVE, Trait.AUTOATTACK)
+#: Square's parameter for the draws of each query's K-draw vote (1: one forward per query).
+SQUARE_VOTE_DRAWS = "vote_draws"
 
 register_family(
     "apgd",
@@ -110,6 +112,10 @@ register_family(
         # of ``n_queries``, where it breaks almost nothing (the evidence is in attacks/default.toml).
         "small_eps_below": Param(float, 0.0, minimum=0.0),
         "small_eps_queries": Param(int, 100, minimum=1),
+        # EOT for a score-based attack: K > 1 scores every query by the K-draw vote of the records (the mean
+        # margin over K draws, success = the vote wrong; attacks/square.py). Set to the run's K by the 'rand'
+        # protocol on a randomised model; 1 (single draws) on a deterministic model and under --eot off.
+        SQUARE_VOTE_DRAWS: Param(int, 1, minimum=1),
     },
     default_backend="torchattacks",
 )
@@ -304,10 +310,20 @@ def torchattacks_fabt(request: AttackRequest) -> RunOutput:
     return RunOutput(atk(request.images, request.labels).detach())
 
 
+def square_votes(request: AttackRequest) -> VoteQueries | None:
+    """The K-draw scoring of Square's queries the entry asks for (``vote_draws`` > 1), on the records' common
+    random numbers (the run's seed, the block's ids, its ``eot_rows``); None: single draws, as torchattacks."""
+    draws = int(request.params.get(SQUARE_VOTE_DRAWS, 1))
+    if draws <= 1:
+        return None
+    return VoteQueries(request.ids, request.context.seed, draws, request.context.eot_rows)
+
+
 @register_attack("square", backend="torchattacks", per_example_rng=False)
 def torchattacks_square(request: AttackRequest) -> RunOutput:
     """torchattacks' Square; under L∞ as :func:`~robustbench_wave.attacks.square.square_linf` runs it (the same
-    points, without the forwards of points a proposal leaves unchanged)."""
+    points, without the forwards of points a proposal leaves unchanged). With ``vote_draws`` > 1 every query is
+    scored by the K-draw vote the records use (:class:`~robustbench_wave.attacks.square.VoteQueries`)."""
     import torchattacks
 
     p = request.params
@@ -319,9 +335,13 @@ def torchattacks_square(request: AttackRequest) -> RunOutput:
         "loss": p["loss"],
         "seed": request.block_seed,
     }
+    votes = square_votes(request)
     if request.threat == Threat.LINF.value:
         linf = SquareSettings(**settings)
-        return RunOutput(square_linf(request.model, request.images, request.labels, linf)[0])
+        return RunOutput(square_linf(request.model, request.images, request.labels, linf, votes=votes)[0])
+    if votes is not None:
+        x, y = request.images, request.labels
+        return RunOutput(vote_square(request.model, x, y, request.threat, settings, votes))
     atk = torchattacks.Square(request.model, norm=request.threat, **settings)
     return RunOutput(atk(request.images, request.labels).detach())
 

@@ -317,7 +317,8 @@ def test_square_small_eps_budget_is_an_explicit_protocol_choice(monkeypatch):
         def __call__(self, x, y):
             return x
 
-    def linf_recorder(model, x, y, settings):  # L∞ runs attacks.square.square_linf, torchattacks' algorithm
+    def linf_recorder(model, x, y, settings, votes=None):  # L∞ runs attacks.square.square_linf
+        assert votes is None  # vote_draws defaults to 1: single draws, torchattacks' algorithm
         seen.append((settings.eps, settings.n_queries))
         return x, None
 
