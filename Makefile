@@ -19,9 +19,11 @@ STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED = 1
 # Ranks for the demo: one per local core (each with OMP_NUM_THREADS threads), so the machine is not oversubscribed.
+# The cores this process may run on (its CPU affinity), never OMP_NUM_THREADS: GNU nproc honours that variable,
+# so with the one-thread-per-rank setting above it would say 1 and run one rank.
 # Any number works: the attack command caps its ranks at the run's seeding blocks (1,000 images = 8 blocks of 128;
 # cifar10's 256 and ablation's 200 = 2) and the ranks beyond them idle, said in the log.
-NPROC  ?= $(shell nproc 2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count())")
+NPROC  ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
 RUN    := $(BIN)/torchrun --standalone --nproc_per_node $(NPROC)
 
 .PHONY: demo quick headline ablation tokenpool tokenpool-pareto cifar10 defenses test test-fast test-bare lint venv bench docs \

@@ -96,6 +96,14 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def local_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s share), never
+    ``OMP_NUM_THREADS`` (a thread count per process, not a core count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def init_distributed(device: str = "auto", *, timeout_s: int = 1800) -> DistContext:
     """Join torchrun's process group when launched by it (else a single process) and pick the device.
 
@@ -107,7 +115,7 @@ def init_distributed(device: str = "auto", *, timeout_s: int = 1800) -> DistCont
     local_world = _env_int("LOCAL_WORLD_SIZE", world)
     dev = resolve_device(device, local_rank)
     if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+        torch.set_num_threads(max(1, local_cores() // max(1, local_world)))
     if world <= 1:
         return DistContext(device=dev)
     backend = "nccl" if dev.type == "cuda" else "gloo"
