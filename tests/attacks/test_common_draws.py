@@ -25,8 +25,8 @@ from robustbench_wave.attacks.draws import common_draw_logits
 from robustbench_wave.defenses.protocols import ADAPTIVE, NAIVE, PROTOCOLS
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS, EotSettings, vote_tolerance
+from tests.support.host_rng_models import CLASSES, NearTie
 
-CLASSES = 4
 N = 48
 CPU = torch.device("cpu")
 SUITE = parse_suite(
@@ -38,24 +38,6 @@ SUITE = parse_suite(
         ],
     }
 )
-
-
-class NearTie(nn.Module):
-    """The label written in pixel 0 against the next class, by a margin m (pixel 1) plus N(0, 1) noise drawn
-    per row and forward: one draw answers wrong with probability Phi(-m). No input gradient reaches x, so
-    FGSM's step is sign(0) = 0 and its output is x itself: an attack that moves nothing."""
-
-    def noise(self, n: int) -> torch.Tensor:
-        return torch.randn(n)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        v = x.detach()
-        rows = torch.arange(len(x))
-        label = (v[:, 0, 0, 0] * (CLASSES - 1)).round().long()
-        z = torch.full((len(x), CLASSES), -10.0)
-        z[rows, label] = v[:, 0, 0, 1] + self.noise(len(x))
-        z[rows, (label + 1) % CLASSES] = 0.0
-        return z + 0.0 * x.flatten(1)[:, :1]
 
 
 class NearTieOncePerForward(NearTie):

@@ -21,7 +21,26 @@ CLASSES = 4
 SOURCES = ("numpy", "random", "private")
 
 
-class HostNearTie(nn.Module):
+class NearTie(nn.Module):
+    """The label written in pixel 0 against the next class, by a margin m (pixel 1) plus N(0, 1) noise drawn
+    per row and forward from torch's generator: one draw answers wrong with probability Phi(-m). No input
+    gradient reaches x, so FGSM's step is sign(0) = 0 and its output is x itself: an attack that moves
+    nothing."""
+
+    def noise(self, n: int) -> torch.Tensor:
+        return torch.randn(n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = x.detach()
+        rows = torch.arange(len(x))
+        label = (v[:, 0, 0, 0] * (CLASSES - 1)).round().long()
+        z = torch.full((len(x), CLASSES), -10.0)
+        z[rows, label] = v[:, 0, 0, 1] + self.noise(len(x))
+        z[rows, (label + 1) % CLASSES] = 0.0
+        return z + 0.0 * x.flatten(1)[:, :1]
+
+
+class HostNearTie(NearTie):
     """The label written in pixel 0 against the next class, by a margin m (pixel 1) plus N(0, 1) noise per row
     and forward, drawn from ``source``: ``numpy`` (``np.random.randn``), ``random`` (``random.gauss``) or
     ``private`` (an unseeded ``np.random.default_rng()`` of its own, which no seeding reaches)."""
@@ -39,15 +58,6 @@ class HostNearTie(nn.Module):
         if self.source == "random":
             return torch.tensor([random.gauss(0.0, 1.0) for _ in range(n)])
         return torch.from_numpy(self.rng.standard_normal(n)).float()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        v = x.detach()
-        rows = torch.arange(len(x))
-        label = (v[:, 0, 0, 0] * (CLASSES - 1)).round().long()
-        z = torch.full((len(x), CLASSES), -10.0)
-        z[rows, label] = v[:, 0, 0, 1] + self.noise(len(x))
-        z[rows, (label + 1) % CLASSES] = 0.0
-        return z + 0.0 * x.flatten(1)[:, :1]
 
 
 def near_tie_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
