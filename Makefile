@@ -163,10 +163,12 @@ defenses: $(STAMP)
 		--suite $(DEFENSES_SUITE) $(DEFENSES_ARGS)
 
 ## Benchmarks (benchmarks/README.md): ratios measured side by side in one run, ~10 min on 2 cores; writes
-## benchmarks/results/latest.csv and latest.md. `make bench BENCH_ARGS=--quick` for a smoke run.
+## benchmarks/results/latest.csv and latest.md; then the suite against a strong independent attack on undefended models
+## (bench_strength.py: benchmarks/results/strength.csv, ~5 min). `make bench BENCH_ARGS=--quick` for a smoke run of the first.
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_strength
 
 ## The README's and docs/'s tables re-rendered from results/published/ (after `python -m tools.docs publish RUN --name NAME`),
 ## and every number they quote checked against the file and cell its section's cite lines name (tests/test_docs.py too).

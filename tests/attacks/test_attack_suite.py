@@ -40,19 +40,31 @@ def test_default_suite_has_every_required_attack_and_per_dataset_budgets() -> No
 
 
 EARLIER_FAMILIES = {"clean", "noise", "fgsm", "pgd", "apgd", "square", "transfer"}  # before lowfreq-pgd
+#: Appended after the low-frequency PGD, in this order: AutoAttack's members at every threat
+#: (tests/attacks/test_suite_members.py), which came later.
+AUTOATTACK_COMPLEMENT = ["apgd_ce_l2", "apgd_dlr_linf", "apgd_dlr_l2", "square_l2"]
 
 
-@pytest.mark.parametrize("name", ["default", "headline", "smoke"])
+@pytest.mark.parametrize("name", ["default", "headline", "quick-look", "smoke"])
 def test_lowfreq_pgd_runs_after_the_earlier_families_so_they_keep_their_records(name: str) -> None:
-    """skip_broken makes every attack depend on the ones above it: a new family is appended below the others."""
+    """skip_broken makes every attack depend on the ones above it: a new entry is appended below the others."""
     attacks = load_suite(name).attacks
     where = [i for i, a in enumerate(attacks) if a.family == "lowfreq-pgd"]
     assert len(where) == 1
-    assert all(i < where[0] for i, a in enumerate(attacks) if a.family in EARLIER_FAMILIES)
+    earlier = [
+        i
+        for i, a in enumerate(attacks)
+        if a.family in EARLIER_FAMILIES and a.name not in AUTOATTACK_COMPLEMENT
+    ]
+    assert all(i < where[0] for i in earlier)
     low = attacks[where[0]]
     assert low.threat == "Linf" and low.params["level"] == "auto" and low.params["basis"] == "haar"
-    if name != "smoke":
-        assert low.name == "lowfreq_pgd_linf" and low.params["steps"] == 20
+    if name == "smoke":
+        return
+    assert low.name == "lowfreq_pgd_linf"
+    assert [a.name for a in attacks[where[0] + 1 :]] == AUTOATTACK_COMPLEMENT  # appended below it, in order
+    if name != "quick-look":  # the quick look's steps are a quarter or less
+        assert low.params["steps"] == 20
         assert low.params["rel_step_size"] == 0.125  # 2.5 eps / steps at 20 steps
 
 
