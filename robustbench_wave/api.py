@@ -151,11 +151,12 @@ def benchmark(
     ``threat_model`` run at exactly these budgets (``--eps``), the other threats not at all, and
     ``robust_accuracy`` is at the largest; without it, the suite's grid and its reference budget (declared,
     else the middle of the grid). ``attacks`` keeps only these suite entries (``--attacks``). An in-memory
-    model is put in eval mode and attacked under the record name ``model_name`` (default ``model``); a
-    ``timm:ARCH`` / ``MODULE:FACTORY`` reference loads ``weights`` (safetensors); ``results_dir`` is where
-    trained zoo models (and the default transfer surrogate) are found; ``overwrite`` replaces a run of another
-    configuration in ``out``. ``progress`` shows the attack's progress bars (default: when run interactively,
-    :func:`interactive`). ValueError on bad input."""
+    model is put in eval mode, checked and scanned as a loaded one is (``models.intake.prepare``) and attacked
+    under the record name ``model_name`` (default ``model``); a ``timm:ARCH`` / ``MODULE:FACTORY`` reference
+    loads ``weights`` (safetensors); ``results_dir`` is where trained zoo models (and the default transfer
+    surrogate) are found; ``overwrite`` replaces a run of another configuration in ``out``. ``progress`` shows
+    the attack's progress bars (default: when run interactively, :func:`interactive`). ValueError on bad input
+    (``threat_model`` is read case-insensitively), before any attack; a run that fails later keeps its folder."""
     name = model if isinstance(model, str) else (model_name or DEFAULT_MODEL_NAME)
     request = attackrun.parse_grad_modes(grad_modes) if grad_modes else attackrun.GradModeRequest()
     settings = _run_settings(
@@ -165,20 +166,32 @@ def benchmark(
     chosen_suite = _check_attacked(_suite(suite, attacks, threat_model, eps), threat_model, settings.dataset)
     with contextlib.ExitStack() as stack:
         folder = Path(out) if out is not None else stack.enter_context(_kept_on_failure())
-        options = attackrun.RunOptions(
-            results_dir=Path(_given(results_dir, attackrun.RunOptions.results_dir)),
-            out=Path(folder),
-            overwrite=overwrite,
-            batch_size=_given(batch_size, attackrun.RunOptions.batch_size),
-            progress=interactive() if progress is None else progress,
-            finalize=attackrun.FinalizeOptions(diagnostics=diagnostics),
-        )
+        options = _run_options(folder, results_dir, overwrite, batch_size, progress, diagnostics)
         attackrun.check_run(settings, options)
         loaded = None if isinstance(model, str) else {name: (model.eval(), _meta(model))}
         command = f"robustbench_wave.benchmark({name!r}, threat_model={threat_model!r}, eps={eps!r})"
         job = attackrun.prepare_job(settings, options, chosen_suite, command, _echo, loaded=loaded)
         attackrun.run_job(job, Shard(), DistContext(device=resolve_device(device or "auto")))
         return _read_back(job.run_dir, settings.key(name), threat_model, kept=out is not None)
+
+
+def _run_options(
+    folder: Path,
+    results_dir: str | Path | None,
+    overwrite: bool,
+    batch_size: int | None,
+    progress: bool | None,
+    diagnostics: bool,
+) -> attackrun.RunOptions:
+    """The run's options: each keyword given replaces its field's default (None keeps it)."""
+    return attackrun.RunOptions(
+        results_dir=Path(_given(results_dir, attackrun.RunOptions.results_dir)),
+        out=Path(folder),
+        overwrite=overwrite,
+        batch_size=_given(batch_size, attackrun.RunOptions.batch_size),
+        progress=interactive() if progress is None else progress,
+        finalize=attackrun.FinalizeOptions(diagnostics=diagnostics),
+    )
 
 
 def _threat(threat_model: str) -> str:

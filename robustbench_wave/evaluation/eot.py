@@ -39,7 +39,6 @@ from torch import nn
 
 from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
 from robustbench_wave.attacks.draws import DRAW_RULE, rows_budget, rows_independent
-from robustbench_wave.attacks.torchattacks_backend import SQUARE_VOTE_DRAWS
 from robustbench_wave.core.naming import parse_enum
 from robustbench_wave.evaluation.execute import predict
 
@@ -234,9 +233,10 @@ class EotPlan:
         )
 
     def apply(self, suite: Suite) -> tuple[Suite, EotPlan]:
-        """The suite as this plan runs it: every gradient attack with ``eot_iter`` at least :attr:`eot_iter`,
-        Square scoring each query by the K-draw vote the records use (``vote_draws``); and the plan naming the
-        attacks that cannot average draws (they are skipped)."""
+        """The suite as this plan runs it: every gradient attack with ``eot_iter`` at least :attr:`eot_iter`;
+        and the plan naming the gradient attacks that cannot average draws (they are skipped). Square's
+        ``vote_draws`` (each query scored by the records' K-draw vote) stays as the suite sets it: one query per
+        draw costs K forwards, too slow for the escalation's 5,000 queries until its draws are batched."""
         if not self.active:
             return suite, self
         entries, skipped = [], {}
@@ -254,11 +254,6 @@ class EotPlan:
                     f"EOT on a randomised model: {entry.family} has no eot_iter, so its gradients would be "
                     "single draws (--eot off runs it anyway)"
                 )
-            elif SQUARE_VOTE_DRAWS in entry.spec.params and self.votes:  # Square scores a query by the vote
-                entry = dataclasses.replace(entry, params={**entry.params, SQUARE_VOTE_DRAWS: self.draws})
-                reason = entry.rejection(entry.backend) if entry.backend else None
-                if reason is not None:
-                    skipped[entry.name] = f"EOT on a randomised model: {reason}"
             entries.append(entry)
         for name, reason in skipped.items():
             log.warning("skipping %s: %s", name, reason)

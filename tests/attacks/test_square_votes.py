@@ -15,7 +15,7 @@ import torch
 from robustbench_wave.attacks import AttackRequest, GradSafe, RunContext, get_runner, parse_suite, seeded
 from robustbench_wave.attacks.draws import vote, vote_margin
 from robustbench_wave.attacks.square import SquareSettings, VoteQueries, square_linf, vote_square
-from robustbench_wave.evaluation import EvalSettings, eot, evaluate
+from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.eot import DEFAULT_DRAWS
 from robustbench_wave.evaluation.execute import predict_common
 from tests.support.vote_models import NoisyMargin, near_tie_data
@@ -112,30 +112,29 @@ def test_art_square_refuses_vote_draws_and_a_cross_check_skips_it() -> None:
         parse_suite(suite | {"attack": [entry | {"backend": "art"}]})
 
 
-def test_the_rand_protocol_gives_square_the_records_vote_and_its_breaks_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Through evaluate() on a randomised model (EOT auto): Square's entry gets vote_draws = K (meta.json says
-    so), and the records lose more points than with single-draw queries, whose breaks the vote reversed."""
+def test_evaluate_records_vote_draws_and_square_breaks_more_points_by_the_vote() -> None:
+    """Through evaluate() with the suite's vote_draws = K: the records lose the points Square broke by the vote
+    (its single-draw run's breaks were reversed), and meta.json records the choice in the entry's params."""
     x, y, _ = _data()
-    suite = parse_suite(
-        {
-            "eps": {"default": {"Linf": [EPS]}},
-            "attack": [
-                {"name": "clean", "family": "clean"},
-                {"name": "sq", "family": "square", "threat": "Linf", "n_queries": 100},
-            ],
-        }
-    )
-
-    def broken() -> tuple[int, int]:
+    out = {}
+    for draws in (1, K):
+        suite = parse_suite(
+            {
+                "eps": {"default": {"Linf": [EPS]}},
+                "attack": [
+                    {"name": "clean", "family": "clean"},
+                    {
+                        "name": "sq",
+                        "family": "square",
+                        "threat": "Linf",
+                        "n_queries": 100,
+                        "vote_draws": draws,
+                    },
+                ],
+            }
+        )
         result = evaluate(NoisyMargin(), x, y, suite, EvalSettings(grad_modes=("exact",)), progress=False)
+        assert result.meta["attacks"]["sq"]["params"]["vote_draws"] == draws
         rows = result.records[result.records["attack"] == "sq"]
-        draws = result.meta["attacks"]["sq"]["params"].get("vote_draws", 1)
-        return int(draws), int((~rows["correct"].astype(bool)).sum())
-
-    draws, by_vote = broken()
-    assert draws == K
-    monkeypatch.setattr(eot, "SQUARE_VOTE_DRAWS", "no such parameter")  # main's single-draw queries
-    single, by_one_draw = broken()
-    assert single == 1 and by_vote > by_one_draw
+        out[draws] = int((~rows["correct"].astype(bool)).sum())
+    assert out[K] > out[1]
