@@ -49,8 +49,13 @@ from robustbench_wave.evaluation import EvalSettings, evaluate
 EPS = (0.01, 0.03)
 
 
-def torchattacks_square(model: nn.Module, x: torch.Tensor, y: torch.Tensor, s: SquareSettings) -> Any:
-    """torchattacks' ``Square`` with ``s``'s settings, in :func:`square_linf`'s calling convention."""
+def torchattacks_square(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, s: SquareSettings, votes: Any = None
+) -> Any:
+    """torchattacks' ``Square`` with ``s``'s settings, in :func:`square_linf`'s calling convention (single
+    draws only: the reference has no K-draw vote)."""
+    if votes is not None:
+        raise ValueError("the torchattacks reference queries single draws; run it with vote_draws = 1")
     atk = torchattacks.Square(
         model, norm="Linf", eps=s.eps, n_queries=s.n_queries, n_restarts=s.n_restarts, p_init=s.p_init,
         loss=s.loss, seed=s.seed,
