@@ -95,7 +95,7 @@ def prepare(
     """``model`` checked on the first :data:`PROBE_SIZE` of ``images`` (:func:`check_outputs`) and scanned
     (:func:`auto_bpda`: wrapped with the ``bpda`` mode its input path calls for); a model already prepared is
     returned as it is. ValueError (one line) when its outputs do not fit or its bpda mode fails."""
-    if model in _PREPARED or gradient_path(model) is not None:
+    if prepared(model):
         return model
     check_outputs(model, images, num_classes, fit_hint)
     try:
