@@ -48,11 +48,17 @@ def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
     """Seed torch's global RNG for a library call or a randomised model's draws, and NumPy's and Python's
     global RNGs from the same seed (:func:`host_rngs`), restoring the caller's states afterwards.
 
-    Torch's stream is the one ``torch.manual_seed(seed % 2**63)`` gives, whatever the other two draw."""
+    Torch's stream is the one ``torch.manual_seed(seed % 2**63)`` gives, whatever the other two draw. On
+    a CPU ``device`` only the CPU generator is seeded (the same stream): ``torch.manual_seed`` would also
+    queue a lazy CUDA seeding with a formatted stack trace, a cost per call that per-query and per-example
+    seeding pays thousands of times."""
     seed = seed % (1 << 63)
     devices = [device] if device is not None and device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), host_rngs(seed):
-        torch.manual_seed(seed)
+        if device is not None and device.type == "cpu":
+            torch.default_generator.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
         yield
 
 

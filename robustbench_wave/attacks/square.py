@@ -17,16 +17,30 @@ pads 1-3 row batches). Each call checks it on its own block before skipping anyt
 no longer change with the row count; a model whose rows depend on the batch, or a randomised model scored by
 single draws, is queried on every point, exactly as torchattacks does.
 
-A randomised model under the 'rand' protocol (the entry's ``vote_draws`` = K > 1, :class:`VoteQueries`) is
-queried as the records judge it: each query's loss is the mean over its K draws (of the margin, or of the
-cross-entropy), and its success test is the K-draw vote (:func:`~robustbench_wave.attacks.draws.vote_margin`)
-on the very draws the records' vote uses (common random numbers:
-:func:`~robustbench_wave.attacks.draws.common_draw_logits`, seeded by the run's seed, the example's id and the
-draw). Square then never stops on a lucky single draw that the records' vote reverses: a point it reports
-broken is broken in the records. Those answers depend on the point and its id only, so an unchanged point's
-stored answer is its answer in any batch, and is always reused. L2 runs torchattacks' own loop with the same
-scoring (:func:`vote_square`). ``tests/attacks/test_square_runner.py`` checks the returned points against
-``torchattacks.Square`` itself, ``tests/attacks/test_square_votes.py`` the K-draw scoring.
+A randomised model under the 'rand' protocol (the entry's ``vote_draws`` = K > 1, set by
+:meth:`~robustbench_wave.evaluation.eot.EotPlan.apply`; :class:`VoteQueries`) is queried as the records judge
+it, at the cost of one batched forward per query. The search scores a query by K draws of every point
+standing in forwards of K x (points) rows (the block repeated K times, chunked by the run's rows budget; one
+forward per draw of the whole block for a model that draws once per forward): its loss is the mean over the
+K draws (of the margin, or of the cross-entropy), its margin the K-draw vote's
+(:func:`~robustbench_wave.attacks.draws.vote_margin`). Every query of a block runs under one seed, (the run's
+seed, 'square-query', the block's first id): common random numbers across queries, so a proposal is compared
+with its incumbent under the same noise. (A fresh seed per query lets one lucky estimate set the incumbent's
+loss, and the search stalls behind it: on ``tests/support/vote_models.py``'s planted model, 100 queries, 24
+runs, it missed 20 of 96 points the vote loses at the worst point of the ball; one seed per block missed 2,
+as many as scoring every query on the records' draws, at a fifth of the forwards.)
+
+Those draws are not the records' draws, so a point may only be declared broken by the records' own vote:
+wherever the batched margin says broken, the point's margin and loss are recomputed on the very draws the
+records' vote uses (common random numbers per example:
+:func:`~robustbench_wave.attacks.draws.common_draw_logits`, seeded by the run's seed, the example's id and
+the draw: K rows, one forward per point), and the success test is always that vote. Square then never
+stops on a lucky draw that the records' vote reverses: a point it reports broken is broken in the records.
+A batched answer depends on its batch (a row's draws follow from the rows before it), so no stored answer
+stands in for a new one: every point standing is queried, as torchattacks does. L2 runs torchattacks' own
+loop with the same scoring (:func:`vote_square`), which makes the same queries.
+``tests/attacks/test_square_runner.py`` checks the returned points against ``torchattacks.Square`` itself,
+``tests/attacks/test_square_votes.py`` the K-draw scoring.
 """
 
 from __future__ import annotations
@@ -42,7 +56,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_wave.attacks.draws import common_draw_logits, vote, vote_margin
+from robustbench_wave.attacks.draws import common_draw_logits, draw_logits, vote, vote_margin
+from robustbench_wave.attacks.seeding import derive_seed, seeded
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +136,9 @@ def vote_margin_and_loss(
 
 @dataclass(frozen=True)
 class VoteQueries:
-    """Score Square's queries by the records' K-draw vote: ``draws`` (K) draws per query on common random
-    numbers under ``seed`` (the run's), per example id, ``rows`` rows per forward (the run's ``eot_rows``)."""
+    """Score Square's queries by K draws: ``draws`` (K) draws per query, batched over the block's points for
+    the search and on the records' common random numbers (``seed``, the run's, and each example's id) for
+    every break; ``rows`` rows per forward (the run's ``eot_rows``)."""
 
     ids: torch.Tensor  # (B,) example ids of the block, in its order
     seed: int
@@ -138,7 +154,8 @@ class VoteQueries:
 class Scorer:
     """What Square asks of the model about points of its block, named by their positions ``pos`` in it:
     (margin, loss) and whether the model is still right. Single draws (``votes`` None): one forward,
-    torchattacks' expressions; else the K-draw vote of :class:`VoteQueries`."""
+    torchattacks' expressions; else the K-draw vote of :class:`VoteQueries` (module docstring): the search's
+    queries on batched draws, every break and the success test on the records' draws."""
 
     model: nn.Module
     y: torch.Tensor  # (B,) labels of the block
@@ -150,22 +167,30 @@ class Scorer:
         ids = v.ids.to("cpu")[pos.to("cpu")]
         return common_draw_logits(self.model, x, ids, v.seed, v.draws, v.rows, x.device)
 
+    def _search_draws(self, x: torch.Tensor, v: VoteQueries) -> torch.Tensor:
+        """``(K, B, C)``: K draws of every point of one query in batched forwards, under the block's search
+        seed: every query the same, so a proposal and its incumbent meet the same noise (module docstring)."""
+        block = int(v.ids[0]) if len(v.ids) else 0
+        with seeded(derive_seed(v.seed, "square-query", block), x.device):
+            return draw_logits(self.model, x, v.draws, v.rows).float()
+
     @torch.no_grad()
     def margin_and_loss(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.votes is None:
             return margin_and_loss(self.model, x, self.y[pos], self.loss)
-        return vote_margin_and_loss(self._draws(x, pos, self.votes), self.y[pos], self.loss)
+        y = self.y[pos]
+        margin, loss = vote_margin_and_loss(self._search_draws(x, self.votes), y, self.loss)
+        broken = (margin <= 0.0).nonzero().flatten()
+        if len(broken):  # only the records' own vote may break a point
+            confirmed = self._draws(x[broken], pos[broken], self.votes)
+            margin[broken], loss[broken] = vote_margin_and_loss(confirmed, y[broken], self.loss)
+        return margin, loss
 
     @torch.no_grad()
     def correct(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if self.votes is None:
             return self.model(x).max(1)[1] == self.y[pos]
         return vote(self._draws(x, pos, self.votes), self.y[pos])[0] == self.y[pos]
-
-    @property
-    def min_skip_rows(self) -> int:
-        """Fewest changed points a query must have to skip the unchanged ones (K-draw answers: none)."""
-        return 0 if self.votes is not None else MIN_SKIP_ROWS
 
 
 def _rng_state(device: torch.device) -> list[torch.Tensor]:
@@ -221,12 +246,12 @@ def _query(
     scorer: Scorer, x_new: torch.Tensor, pos: torch.Tensor, best: _Best | None, count: QueryCount
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(margin, loss) of every proposal (``pos``: the points' positions in the block). With ``best`` (the
-    model's answers repeat) and at least :attr:`Scorer.min_skip_rows` points changed, only those are queried
+    model's answers repeat) and at least :data:`MIN_SKIP_ROWS` points changed, only those are queried
     and an unchanged point gets its stored values; otherwise every point is queried in one batch, as
     torchattacks does. (The stored values then come from batches of at least that many rows too: the number
     of points still standing never grows.)"""
     rows = None if best is None else (x_new != best.x).flatten(1).any(1).nonzero().flatten()
-    if rows is None or len(rows) == len(pos) or len(rows) < scorer.min_skip_rows:
+    if rows is None or len(rows) == len(pos) or len(rows) < MIN_SKIP_ROWS:
         count.made += len(pos)
         return scorer.margin_and_loss(x_new, pos)
     margin, loss_out = best.margin.clone(), best.loss.clone()
@@ -300,8 +325,8 @@ def square_linf(
         acc = logits.max(1)[1] == y
     elif not len(y):
         return adv, count
-    else:  # common random numbers: a point's answer is the same whenever and with whatever it is queried
-        skip, acc = True, scorer.correct(x, torch.arange(len(y), device=x.device))
+    else:  # a batched K-draw answer depends on its batch: every point standing is queried
+        skip, acc = False, scorer.correct(x, torch.arange(len(y), device=x.device))
     count.made += len(y)
     torch.random.manual_seed(settings.seed)
     torch.cuda.random.manual_seed(settings.seed)
@@ -359,7 +384,7 @@ def vote_square(
     votes: VoteQueries,
 ) -> torch.Tensor:
     """torchattacks' untargeted ``Square(norm=norm, **settings)`` on (x, y) with every query scored by the
-    K-draw vote of ``votes`` (the L2 attack; L∞ has :func:`square_linf`, which skips unchanged points)."""
+    K-draw vote of ``votes`` (the L2 attack; L∞ has :func:`square_linf`, which makes the same queries)."""
     if not len(x):
         return x.clone()
     atk = _voting_square_class()(model, norm=norm, **settings)

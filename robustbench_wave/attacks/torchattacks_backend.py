@@ -311,8 +311,9 @@ def torchattacks_fabt(request: AttackRequest) -> RunOutput:
 
 
 def square_votes(request: AttackRequest) -> VoteQueries | None:
-    """The K-draw scoring of Square's queries the entry asks for (``vote_draws`` > 1), on the records' common
-    random numbers (the run's seed, the block's ids, its ``eot_rows``); None: single draws, as torchattacks."""
+    """The K-draw scoring of Square's queries the entry asks for (``vote_draws`` > 1): the search on batched
+    draws, every break on the records' common random numbers (the run's seed, the block's ids, its
+    ``eot_rows``); None: single draws, as torchattacks."""
     draws = int(request.params.get(SQUARE_VOTE_DRAWS, 1))
     if draws <= 1:
         return None
@@ -323,7 +324,8 @@ def square_votes(request: AttackRequest) -> VoteQueries | None:
 def torchattacks_square(request: AttackRequest) -> RunOutput:
     """torchattacks' Square; under L∞ as :func:`~robustbench_wave.attacks.square.square_linf` runs it (the same
     points, without the forwards of points a proposal leaves unchanged). With ``vote_draws`` > 1 every query is
-    scored by the K-draw vote the records use (:class:`~robustbench_wave.attacks.square.VoteQueries`)."""
+    scored by K batched draws and every break by the records' K-draw vote
+    (:class:`~robustbench_wave.attacks.square.VoteQueries`)."""
     import torchattacks
 
     p = request.params

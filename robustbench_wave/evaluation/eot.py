@@ -37,8 +37,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from robustbench_wave.attacks import Suite, attack_mode, derive_seed, input_gradient, seeded
+from robustbench_wave.attacks import AttackEntry, Suite, attack_mode, derive_seed, input_gradient, seeded
 from robustbench_wave.attacks.draws import DRAW_RULE, rows_budget, rows_independent
+from robustbench_wave.attacks.torchattacks_backend import SQUARE_VOTE_DRAWS
 from robustbench_wave.core.naming import parse_enum
 from robustbench_wave.evaluation.execute import predict
 
@@ -234,30 +235,48 @@ class EotPlan:
 
     def apply(self, suite: Suite) -> tuple[Suite, EotPlan]:
         """The suite as this plan runs it: every gradient attack with ``eot_iter`` at least :attr:`eot_iter`;
-        and the plan naming the gradient attacks that cannot average draws (they are skipped). Square's
-        ``vote_draws`` (each query scored by the records' K-draw vote) stays as the suite sets it: one query per
-        draw costs K forwards, too slow for the escalation's 5,000 queries until its draws are batched."""
+        on a randomised model (:attr:`votes`), Square scoring its queries by the records' K-draw vote
+        (``vote_draws`` at least :attr:`draws`: batched draws for the search, every break confirmed on the
+        records' draws, ``attacks/square.py``); and the plan naming the attacks that cannot do so (they are
+        skipped)."""
         if not self.active:
             return suite, self
         entries, skipped = [], {}
         for entry in suite.attacks:
+            reason = None
             if entry.spec.grad_dependent and "eot_iter" in entry.spec.params:
                 eot = max(int(entry.params.get("eot_iter", 1)), self.eot_iter)
                 entry = dataclasses.replace(entry, params={**entry.params, "eot_iter": eot})
                 reason = entry.rejection(entry.backend) if entry.backend else None
-                if reason is not None or not entry.able_backends():
-                    skipped[entry.name] = (
-                        f"EOT on a randomised model: {reason or 'no back-end averages draws'}"
-                    )
+                if reason is None and not entry.able_backends():
+                    reason = "no back-end averages draws"
             elif entry.spec.grad_dependent:
-                skipped[entry.name] = (
-                    f"EOT on a randomised model: {entry.family} has no eot_iter, so its gradients would be "
-                    "single draws (--eot off runs it anyway)"
+                reason = (
+                    f"{entry.family} has no eot_iter, so its gradients would be single draws (--eot off runs "
+                    "it anyway)"
                 )
+            elif SQUARE_VOTE_DRAWS in entry.spec.params and self.votes:
+                entry, reason = self._with_votes(entry)
+            if reason is not None:
+                skipped[entry.name] = f"EOT on a randomised model: {reason}"
             entries.append(entry)
         for name, reason in skipped.items():
             log.warning("skipping %s: %s", name, reason)
         return dataclasses.replace(suite, attacks=tuple(entries)), dataclasses.replace(self, skipped=skipped)
+
+    def _with_votes(self, entry: AttackEntry) -> tuple[AttackEntry, str | None]:
+        """Square's entry scoring each query by the K-draw vote, and why it cannot run (None: it can). A
+        back-end the suite pinned that cannot vote (ART's Square) is not swapped for another: the entry is
+        skipped, its reason naming the back-end that would run it."""
+        draws = max(int(entry.params.get(SQUARE_VOTE_DRAWS, 1)), self.draws)
+        entry = dataclasses.replace(entry, params={**entry.params, SQUARE_VOTE_DRAWS: draws})
+        able = entry.able_backends()
+        if not able:
+            return entry, "no back-end scores a query by the K-draw vote"
+        reason = entry.rejection(entry.backend) if entry.backend else None
+        if reason is None:
+            return entry, None
+        return entry, f"{reason}; backend = {able[0]!r} scores each query by the vote"
 
 
 def decide(

@@ -35,9 +35,26 @@ def test_seeded_seeds_numpy_and_random_as_documented_and_restores_them() -> None
     assert got[1] == random.Random(SEED).random()
 
 
-def test_seeded_leaves_torchs_stream_as_manual_seed_gives_it() -> None:
-    with seeded(SEED):
+@pytest.mark.parametrize("device", [None, CPU])
+def test_seeded_leaves_torchs_stream_as_manual_seed_gives_it(device: torch.device | None) -> None:
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    with seeded(SEED, device):
         np.random.rand(10)  # noqa: NPY002  (the host draws move nothing of torch's)
+        got = torch.rand(5)
+    assert torch.equal(got, torch.rand(5, generator=torch.Generator().manual_seed(SEED)))
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's stream goes on where it was
+
+
+def test_seeding_a_cpu_device_leaves_the_accelerators_seeding_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.manual_seed would also queue a lazy CUDA seeding (with a formatted stack trace) on every call;
+    a CPU block seeds the CPU generator alone."""
+
+    def refuse(seed: int) -> None:
+        raise AssertionError("a CPU seeding block seeded CUDA")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", refuse)
+    with seeded(SEED, CPU):
         got = torch.rand(5)
     assert torch.equal(got, torch.rand(5, generator=torch.Generator().manual_seed(SEED)))
 
