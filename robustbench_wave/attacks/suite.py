@@ -65,8 +65,9 @@ from robustbench_wave.attacks.registry import (
 )
 from robustbench_wave.core.naming import did_you_mean
 from robustbench_wave.core.runfolder import check_safe_name
+from robustbench_wave.core.specs import suite_dir
 
-SUITE_DIR = Path(os.environ.get("RBW_SUITE_DIR", Path(__file__).resolve().parents[2] / "attacks"))
+SUITE_DIR = suite_dir()
 THREATS = tuple(t.value for t in Threat)
 DEFAULT_EPS_KEY = "default"
 

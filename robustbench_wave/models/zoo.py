@@ -29,9 +29,10 @@ except ModuleNotFoundError:  # Python < 3.11
 
 from robustbench_wave.core.naming import did_you_mean
 from robustbench_wave.core.runfolder import check_safe_name
+from robustbench_wave.core.specs import zoo_dir
 from robustbench_wave.models.tokenizers import list_tokenizers
 
-ZOO_DIR = Path(os.environ.get("RBW_ZOO_DIR", Path(__file__).resolve().parents[2] / "models"))
+ZOO_DIR = zoo_dir()
 BODIES_FILE = "bodies.toml"
 
 #: Body sizes that must be whole numbers >= 1 (``attn_dim`` only when given).
