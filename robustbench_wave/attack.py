@@ -192,7 +192,7 @@ def get_args_parser() -> Parser:
         action="store_true",
         help="also save the audited adversarial examples that break points: per model, gradient mode, threat "
         "and eps the point that first made each example non-robust there (RUN/adversarial/<model>"
-        ".safetensors; check them with python -m robustbench_wave.report --reaudit RUN). Records do not change",
+        ".safetensors; check them with python -m robustbench_wave.report reaudit RUN). Records do not change",
     )
     p.add_argument(
         "--no-skip-broken",

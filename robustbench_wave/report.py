@@ -14,7 +14,7 @@ Nothing is re-run. One run folder: its
 tables (summary.csv, table.csv, table.tex, table_worst.tex, table.txt, crosscheck.csv after a cross-check)
 are rebuilt from ``records.csv.gz`` and its ``report.md`` is rewritten. Several run folders (one per training
 seed): one combined report (mean ± sd over the runs). Diagnostics and energy come from the files
-``finalize_run`` left in the run folders (the attack command runs it).
+``measure_run`` left in the run folders (the attack command runs it).
 
 ``merge RUN`` joins the ``RUN/shards/I-of-N/`` folders of ``python -m robustbench_wave.attack --shard I/N``
 jobs into the run's records.csv.gz (identical to a one-process run's), meta.json, config.json and tables,
@@ -343,29 +343,6 @@ def get_args_parser() -> Parser:
     for name, (summary, description, arguments, _) in SUBCOMMANDS.items():
         arguments(sub.add_parser(name, help=summary, description=description))
     return p
-
-
-def _subparser(name: str) -> Parser:
-    """One subcommand's parser on its own (its ``prog`` names the subcommand)."""
-    p = Parser(prog=f"{PROG} {name}", description=SUBCOMMANDS[name][1])
-    SUBCOMMANDS[name][2](p)
-    return p
-
-
-def get_merge_parser() -> Parser:
-    return _subparser(MERGE)
-
-
-def get_claims_parser() -> Parser:
-    return _subparser(CLAIMS)
-
-
-def get_reaudit_parser() -> Parser:
-    return _subparser(REAUDIT)
-
-
-def get_export_parser() -> Parser:
-    return _subparser(EXPORT)
 
 
 def with_command(argv: list[str]) -> list[str]:

@@ -161,7 +161,7 @@ REPORTING_NEVER_NAMES = {
     "run_attack",
     "measure_randomness",
     "decide",
-    "finalize_run",
+    "measure_run",
 }
 
 

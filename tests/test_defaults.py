@@ -1,5 +1,5 @@
 """One default per protocol setting, whatever the door: the checklist's sample and steps are the same from the
-attack command, from ``finalize_run`` and from ``run_diagnostics`` called directly (they were 32 from the
+attack command, from ``measure_run`` and from ``run_diagnostics`` called directly (they were 32 from the
 command line and 64 from Python, so a library caller silently got another protocol); the batch size has one
 default; the run's dataclasses hold the inner ones without restating their fields."""
 
@@ -12,7 +12,7 @@ import inspect
 from robustbench_wave import attack
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS, run_diagnostics
 from robustbench_wave.attackrun import FinalizeOptions, RunOptions, RunSettings
-from robustbench_wave.attackrun.measure import finalize_run
+from robustbench_wave.attackrun.measure import measure_run
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation.plan import DEFAULT_BATCH_SIZE
 from robustbench_wave.evaluation.reaudit import reaudit_model
@@ -22,7 +22,7 @@ from tests.test_architecture import PACKAGE
 def test_the_checklist_sample_and_steps_have_one_default() -> None:
     cli = attack.get_args_parser().parse_args(["--model", "patch"])
     direct = inspect.signature(run_diagnostics).parameters
-    finalize = inspect.signature(finalize_run).parameters
+    finalize = inspect.signature(measure_run).parameters
     samples = {cli.n_diagnostics, FinalizeOptions().n_diagnostics, direct["n"].default}
     samples.add(finalize["n_diagnostics"].default)
     steps = {cli.diagnostics_steps, FinalizeOptions().diagnostics_steps, direct["steps"].default}
@@ -40,7 +40,7 @@ def test_the_batch_size_has_one_default() -> None:
         RunOptions().batch_size,
         inspect.signature(evaluate).parameters["batch_size"].default,
     }
-    defaults.add(inspect.signature(finalize_run).parameters["batch_size"].default)
+    defaults.add(inspect.signature(measure_run).parameters["batch_size"].default)
     defaults.add(inspect.signature(reaudit_model).parameters["batch_size"].default)
     assert defaults == {DEFAULT_BATCH_SIZE}
     written = []

@@ -263,7 +263,7 @@ def _eot_plan(
 
 
 #: The checklist's subset: examples per model its extra attacks run on, and the PGD steps they take. One
-#: default for every door (the attack command, ``finalize_run``, a direct call): a library caller gets the
+#: default for every door (the attack command, ``measure_run``, a direct call): a library caller gets the
 #: protocol the command line runs.
 DIAGNOSTICS_SAMPLE = 32
 DIAGNOSTICS_STEPS = 10

@@ -18,17 +18,22 @@ refuses a run it cannot honour with :class:`RunRefused` (a ValueError) before an
   :class:`~robustbench_wave.evaluation.sharding.ShardJob` ``report merge`` reads;
 * :mod:`.measure`: the attacks the finished run's last step runs beyond its suite (the checklist's subset
   attacks, the energy PGD), their ``diagnostics.csv/json`` and ``energy.csv``, then report.md
-  (:func:`finalize_run`);
+  (:func:`measure_run`);
 * :mod:`.finalize`: diagnostics, escalation after the checklist, verdict, report.md and marked tables of the
-  finished run;
-* :mod:`.merge` and :mod:`.run_reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``--reaudit
+  finished run (:func:`finalize_run`);
+* :mod:`.merge` and :mod:`.run_reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``reaudit
   RUN`` do with a finished run.
 
 The package sits above ``reporting`` (it writes tables and reports) and below the command lines; the
 report command reaches it here, never through the attack command.
 """
 
-from robustbench_wave.attackrun.finalize import FinalizeOptions, ShardFinalize, diagnose, finalize_merged_run
+from robustbench_wave.attackrun.finalize import (
+    FinalizeOptions,
+    ShardFinalize,
+    finalize_merged_run,
+    finalize_run,
+)
 from robustbench_wave.attackrun.folder import (
     CHUNKS_DIR,
     LOCK_HINT,
@@ -39,7 +44,7 @@ from robustbench_wave.attackrun.folder import (
     run_meta,
 )
 from robustbench_wave.attackrun.job import Job, RunOptions, check_run, gradient_path_lines, prepare_job
-from robustbench_wave.attackrun.measure import finalize_run
+from robustbench_wave.attackrun.measure import measure_run
 from robustbench_wave.attackrun.merge import finish_merged_run, write_merged_run
 from robustbench_wave.attackrun.models import (
     Loaded,
@@ -122,7 +127,6 @@ __all__ = [
     "choose_shard",
     "choose_surrogate",
     "default_run_name",
-    "diagnose",
     "external_specs",
     "finalize_merged_run",
     "finalize_run",
@@ -130,6 +134,7 @@ __all__ = [
     "gradient_path_lines",
     "load_model",
     "load_models",
+    "measure_run",
     "model_hashes",
     "normalize_arg",
     "parse_grad_modes",

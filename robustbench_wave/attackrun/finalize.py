@@ -1,5 +1,5 @@
 """The last step of an attack run: the gradient-masking checklist, energy, figures, verdict and report.md
-(:func:`robustbench_wave.attackrun.measure.finalize_run`), after the run's records are written, or later
+(:func:`robustbench_wave.attackrun.measure.measure_run`), after the run's records are written, or later
 for a run joined from ``--shard`` jobs, whose models and test images are then reloaded and checked.
 
 When every gradient mode of a model failed the checklist, the run escalates
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from robustbench_wave.analysis.diagnostics import DIAGNOSTICS_SAMPLE, DIAGNOSTICS_STEPS
-from robustbench_wave.attackrun.measure import finalize_run
+from robustbench_wave.attackrun.measure import measure_run
 from robustbench_wave.attackrun.models import Loaded, load_model, reload_models
 from robustbench_wave.attackrun.run_escalation import Surrogate, after_checklist
 from robustbench_wave.attackrun.settings import NO_SURROGATE, RUN_EVALUATION, Echo
@@ -81,7 +81,7 @@ class ShardFinalize:
         return self.options.to_dict() | {"batch_size": self.batch_size, "seed": self.seed}
 
 
-def diagnose(
+def finalize_run(
     options: FinalizeOptions,
     run_dir: Path,
     models: dict[str, Loaded],
@@ -116,21 +116,23 @@ def diagnose(
         escalation(None)  # rank 0 decides; this rank escalates its share
         return
 
-    def finalize() -> tuple[Path, list[dict[str, Any]]]:
-        report = finalize_run(
+    def finalize(energy: bool) -> tuple[Path, list[dict[str, Any]]]:
+        report = measure_run(
             run_dir, modules, data.images, data.labels, data.info, n_diagnostics=options.n_diagnostics,
             diagnostics_steps=options.diagnostics_steps, seed=seed, batch_size=batch_size,
-            baseline=baseline,
+            baseline=baseline, energy=energy,
         )  # fmt: skip
         return report, (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
 
     finished = False
     try:
-        report, reports = finalize()
+        report, reports = finalize(energy=True)
         escalated = escalation(reports)
         if escalated:
             echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
-            report, reports = finalize()
+            # energy.csv stays: the escalation adds records at the suite's own budgets, so the reference
+            # budget and the models the energy PGD attacks are those of the first pass
+            report, reports = finalize(energy=False)
         finished = True
     finally:
         if not finished:  # the checklist ended with an error: the suite's table, as the files hold it
@@ -172,7 +174,7 @@ def finalize_merged_run(
 ) -> None:
     """What the attack command does after writing a run, for a run joined from ``--shard`` jobs: reload its
     models (their checkpoints and specs must still be the ones attacked) and test images, then
-    :func:`diagnose`."""
+    :func:`finalize_run`."""
     models = reload_models(config, results_dir, "since the shards were attacked; cannot diagnose")
     data = load_test_images(config["dataset"], config["n_examples"])
     dev = resolve_device(device)
@@ -181,7 +183,7 @@ def finalize_merged_run(
     surrogate = _surrogate(config, results_dir, models, data)
     if surrogate.model is not None:
         surrogate.model.to(dev)
-    diagnose(
+    finalize_run(
         stored.options, run_dir, models, data, echo, batch_size=stored.batch_size, seed=stored.seed,
         surrogate=surrogate, baseline=config.get("baseline"), escalate=config.get("escalation", "auto") == "auto",
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """The attacks an attack run's last step runs beyond its suite, then the report.
 
-:func:`finalize_run` takes a saved run folder and the models and images it evaluated, measures the energy
+:func:`measure_run` takes a saved run folder and the models and images it evaluated, measures the energy
 sparsification removes from a perturbation (:mod:`robustbench_wave.analysis.energy`: its own PGD), runs the
 gradient-masking checklist per model (:mod:`robustbench_wave.analysis.diagnostics`: its subset attacks;
 Carlini et al. 2019, Athalye et al. 2018, Croce & Hein 2020), writes ``energy.csv`` and
@@ -51,7 +51,7 @@ LINF = Threat.LINF.value
 FALLBACK_EPS = 0.1
 
 
-def finalize_run(
+def measure_run(
     run_dir: str | Path,
     models: Mapping[str, nn.Module],
     images: torch.Tensor,

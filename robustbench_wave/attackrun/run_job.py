@@ -2,7 +2,7 @@
 :func:`~robustbench_wave.evaluation.evaluate`, on the whole run or on one shard of it, then the run's records,
 meta.json and tables (rank 0 after gathering the ranks' shards), or a ``--shard`` job's folder for
 ``report merge``; finally the diagnostics. The table is printed once: after the gradient-masking checklist,
-with its marks (:func:`~robustbench_wave.attackrun.finalize.diagnose`), or, with no checklist to run
+with its marks (:func:`~robustbench_wave.attackrun.finalize.finalize_run`), or, with no checklist to run
 (``--no-diagnostics``), at the end of the suite with a line saying that no cell is verified.
 
 torchrun's ranks are the shards of one run; ``--shard i/n`` is one shard as its own job; else one process
@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from robustbench_wave.attackrun.finalize import ShardFinalize, diagnose, echo_table
+from robustbench_wave.attackrun.finalize import ShardFinalize, echo_table, finalize_run
 from robustbench_wave.attackrun.folder import CHUNKS_DIR, claim, run_meta
 from robustbench_wave.attackrun.job import Job
 from robustbench_wave.attackrun.models import Loaded
@@ -204,7 +204,7 @@ def write_run(job: Job, merged: EvaluationResult) -> None:
 
 def _print_results(job: Job, merged: EvaluationResult, paths: dict[str, Path]) -> None:
     """The cross-check and the files written; the table only when no checklist follows (its marks and legend
-    come with the checklist: :func:`~robustbench_wave.attackrun.finalize.diagnose` prints it then)."""
+    come with the checklist: :func:`~robustbench_wave.attackrun.finalize.finalize_run` prints it then)."""
     checklist = job.options.finalize.diagnostics
     if not checklist:  # the table rendered by reporting.tables, and that no checklist will mark it
         echo_table(job.run_dir, job.echo, note=tables.NO_CHECKLIST_NOTE)
@@ -287,7 +287,7 @@ def run_job(job: Job, shard: Shard, ctx: DistContext) -> None:
         if job.options.finalize.diagnostics:  # every rank: they share the escalation after the checklist
             surrogate = Surrogate.of(job.surrogate, job.settings.key(job.settings.surrogate))
             baseline = job.settings.key(job.settings.baseline) if job.settings.baseline else None
-            diagnose(
+            finalize_run(
                 job.options.finalize, job.run_dir, job.models, job.data, job.echo,
                 batch_size=job.options.batch_size, seed=job.settings.evaluation.seed,
                 surrogate=surrogate, baseline=baseline, escalate=job.settings.escalates, ctx=ctx,

@@ -1,4 +1,4 @@
-"""Re-checking a finished run's saved adversarial examples (``report --reaudit RUN``): the run's models and
+"""Re-checking a finished run's saved adversarial examples (``report reaudit RUN``): the run's models and
 test images reloaded the way the attack command loaded them, their hashes checked to be the ones attacked,
 then every saved point re-audited against the records
 (:func:`robustbench_wave.evaluation.reaudit.reaudit_model`).

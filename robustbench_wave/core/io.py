@@ -14,7 +14,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -102,14 +102,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
-
-
-def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    """Rewrite a JSON-lines file with extra rows appended (atomically: a kill keeps the old lines)."""
-    path = Path(path)
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    new = "".join(json.dumps(r, sort_keys=True, default=_json_default) + "\n" for r in rows)
-    atomic_write_text(path, old + new)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

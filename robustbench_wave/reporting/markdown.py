@@ -2,7 +2,7 @@
 
 The report of one run folder, or of several (training seeds, combined into mean ± standard deviation), is
 rebuilt from the saved files alone (:mod:`robustbench_wave.reporting.runs`): records, provenance, and the
-diagnostics and energy measurements ``finalize_run`` added. Sections: the verdict on the claim of the source
+diagnostics and energy measurements ``measure_run`` added. Sections: the verdict on the claim of the source
 paper (Zhu & Soricut 2024), robust accuracy, the gradient-masking diagnostics (Carlini et al. 2019; Athalye
 et al. 2018; Croce & Hein 2020), adaptive attacks (the low-frequency attack's rows of the records and the
 energy sparsification removes), figures, provenance and the commands that reproduce it. To add a section,
@@ -366,7 +366,7 @@ def diagnostics_markdown(runs: Sequence[RunFolder]) -> str:
             )
         blocks += ["\n".join(status), markdown_table(_checks_table(run.diagnostics))]
     if not blocks:
-        return "_no diagnostics in this run folder (run `finalize_run`)._"
+        return "_no diagnostics in this run folder (run `measure_run`)._"
     return "\n\n".join([intro, *blocks])
 
 

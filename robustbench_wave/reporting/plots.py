@@ -4,7 +4,7 @@ accuracy against the severity of common corruptions (when the records hold them)
 Carlini et al. 2019 ask for accuracy plotted against the budget (it must fall monotonically, to chance at
 large eps) and for the attack's convergence; the energy plot tests the mechanism claimed by the source paper
 (Zhu & Soricut 2024) directly. The numbers come from :mod:`robustbench_wave.reporting.tables` summaries (one
-run, or mean ± sd over training seeds) and from the files ``finalize_run`` left in the run folders.
+run, or mean ± sd over training seeds) and from the files ``measure_run`` left in the run folders.
 matplotlib's object API with the Agg canvas is used (no pyplot, no global backend switch), and every PNG is
 written atomically.
 """

@@ -2,7 +2,7 @@
 :func:`load_run`, which gathers a folder's records, provenance, diagnostics and energy measurements.
 
 The attack step writes ``records.csv.gz`` and ``meta.json`` (:mod:`robustbench_wave.evaluation.records`);
-:func:`robustbench_wave.attackrun.measure.finalize_run` adds ``energy.csv`` and ``diagnostics.csv/json``; the
+:func:`robustbench_wave.attackrun.measure.measure_run` adds ``energy.csv`` and ``diagnostics.csv/json``; the
 report adds ``verdict.json``, ``figures/`` and ``report.md``. Keeping the names here lets the writer and the
 readers agree without importing each other.
 """

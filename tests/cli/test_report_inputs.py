@@ -36,7 +36,6 @@ def test_report_cli_turns_damaged_files_into_one_line_exit(tmp_path, target) -> 
 
 def test_report_parsers_are_one_line_cli_parsers(capsys) -> None:
     assert isinstance(report.get_args_parser(), cli.Parser)
-    assert isinstance(report.get_merge_parser(), cli.Parser)
     for argv in (["--bogus", "x"], [report.MERGE]):
         with pytest.raises(SystemExit) as err:
             report.main(argv)

@@ -94,7 +94,7 @@ def test_a_checklist_that_fails_still_prints_the_suites_table(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the checklist broke")
 
-    monkeypatch.setattr(finalize, "finalize_run", broken)
+    monkeypatch.setattr(finalize, "measure_run", broken)
     with pytest.raises(RuntimeError, match="the checklist broke"):
         _attack(tmp_path)
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""``report --reaudit`` on a randomised model re-classifies its saved points by the run's K-draw rule on the
+"""``report reaudit`` on a randomised model re-classifies its saved points by the run's K-draw rule on the
 run's own common random numbers, so to the recorded class exactly; a run made before its predictions shared
 their draws is re-classified by a new vote, every break confirmed up to the vote flips near a tie."""
 

@@ -1,4 +1,4 @@
-"""Plots, the Markdown report (one run and several seeds, library and CLI) and ``finalize_run`` end to end on
+"""Plots, the Markdown report (one run and several seeds, library and CLI) and ``measure_run`` end to end on
 tiny models whose behaviour is known (tests/support/masking_models)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from robustbench_wave import report
 from robustbench_wave.analysis.verdict import MASKING_INCONCLUSIVE, UNDECIDED
-from robustbench_wave.attackrun.measure import finalize_run
+from robustbench_wave.attackrun.measure import measure_run
 from robustbench_wave.attacks import LOWFREQ_FAMILY, AttackKind, parse_suite
 from robustbench_wave.evaluation import EvalSettings, evaluate
 from robustbench_wave.evaluation import records as rec
@@ -184,7 +184,7 @@ def test_plots_are_written(tmp_path):
 
 
 def _finalize_suite():
-    """The attacks finalize_run's run folder is made of, the low-frequency entry among them."""
+    """The attacks measure_run's run folder is made of, the low-frequency entry among them."""
     return parse_suite(
         {
             "name": "finalize-test",
@@ -215,7 +215,7 @@ def test_finalize_run_end_to_end(tmp_path):
     run = tmp_path / "run"
     EvaluationResult.merge(results).save(run)
     records_bytes = (run / rec.RECORDS_FILE).read_bytes()
-    path = finalize_run(
+    path = measure_run(
         run, models, x, y, Info(), n_diagnostics=16, diagnostics_steps=4, square_queries=30, energy_n=8
     )
     assert (run / rec.RECORDS_FILE).read_bytes() == records_bytes  # finalize adds no records
@@ -245,11 +245,11 @@ def test_finalize_run_rejects_misaligned_images(tmp_path):
     x, y = quadrant_data(100)  # the labels synthetic_records gives its 100 examples
     run = _write_run(tmp_path / "run", synthetic_records("patch", baseline_spec()))
     with pytest.raises(ValueError, match="labels disagree"):
-        finalize_run(run, {"patch": QuadrantLinear()}, x, (y + 1) % 4, Info())
+        measure_run(run, {"patch": QuadrantLinear()}, x, (y + 1) % 4, Info())
     with pytest.raises(ValueError, match="not among the given images"):
-        finalize_run(run, {"patch": QuadrantLinear()}, x[:50], y[:50], Info())
+        measure_run(run, {"patch": QuadrantLinear()}, x[:50], y[:50], Info())
     with pytest.raises(ValueError, match="no records"):
-        finalize_run(run, {"other": QuadrantLinear()}, x, y, Info())
+        measure_run(run, {"other": QuadrantLinear()}, x, y, Info())
 
 
 @pytest.mark.parametrize(
