@@ -1,7 +1,7 @@
 """Checks that a run folder's records are the complete, unedited output of the configuration it names.
 
 A report built from a partial or hand-edited ``records.csv.gz`` prints a plausible, wrong table, so
-:func:`check_run` runs before any table: the records must match the sha256 and row count ``meta.json``
+:func:`check_folder` runs before any table: the records must match the sha256 and row count ``meta.json``
 recorded when they were written (runs saved before that was recorded skip this), ``meta.json`` must describe
 the configuration in the folder's ``config.json`` (an interrupted ``--overwrite`` leaves the old records next
 to a new configuration), and the records must be structurally complete (every block of a model covers the
@@ -23,7 +23,7 @@ from robustbench_wave.evaluation.metrics import CLEAN_THREAT
 RERUN = rec.RERUN
 
 
-def check_run(run_dir: Path, records: pd.DataFrame, meta: dict[str, Any]) -> None:
+def check_folder(run_dir: Path, records: pd.DataFrame, meta: dict[str, Any]) -> None:
     """ValueError (one line: the file, what differs, what to do) unless the folder's records are complete."""
     digest = meta.get(rec.META_RECORDS)
     if digest is not None:

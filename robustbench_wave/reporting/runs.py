@@ -28,7 +28,7 @@ from robustbench_wave.evaluation.meta_sections import (
 )
 from robustbench_wave.evaluation.records import META_FILE, read_meta, read_run
 from robustbench_wave.evaluation.trust import Trust
-from robustbench_wave.reporting.completeness import check_run
+from robustbench_wave.reporting.completeness import check_folder
 
 ENERGY_FILE = "energy.csv"
 DIAGNOSTICS_CSV = "diagnostics.csv"
@@ -104,10 +104,10 @@ def run_trust(runs: Sequence[RunFolder]) -> Trust:
 
 def load_run(run_dir: str | Path) -> RunFolder:
     """Read a run folder, refusing (one-line ValueError naming the file) records that are missing, unreadable,
-    edited, partial or of another configuration than its config.json (:func:`completeness.check_run`)."""
+    edited, partial or of another configuration than its config.json (:func:`completeness.check_folder`)."""
     run_dir = Path(run_dir)
     records, meta = read_run(run_dir)
-    check_run(run_dir, records, meta)
+    check_folder(run_dir, records, meta)
     diagnostics = read_meta(run_dir / DIAGNOSTICS_JSON).get("models", [])
     energy_path = run_dir / ENERGY_FILE
     return RunFolder(run_dir, records, meta, diagnostics, _read_energy(energy_path))
