@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,6 +46,7 @@ from robustbench_wave.evaluation.eot import EOT_ITER, EotMode, EotSettings
 from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import TIMM_NAMES_HINT
+from robustbench_wave.models.intake import one_line
 
 #: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
 #: torchrun stops every rank as soon as one fails, so a long wait never hides a crash).
@@ -62,11 +65,21 @@ def get_args_parser() -> Parser:
         description="Attack trained zoo models with an attack suite; write per-example records and tables.",
     )
     p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="RUN/config.json",
+        help="rerun a run from the config.json its folder holds: its models, data set, suite and every setting "
+        "that makes the run what it is (the flags that choose those are refused beside it); the checkpoints "
+        "must still be those it names (their sha256). Where and how fast it runs stays yours: --out, "
+        "--results-dir, --run-name, --batch-size, --device, the checklist flags",
+    )
+    p.add_argument(
         "--model",
         action=ListAction,
-        required=True,
+        default=None,
         metavar="NAME",
-        help="model to attack; repeat the flag for several models (or NAME,NAME). A zoo NAME loads its trained checkpoint; "
+        help="model to attack (required unless --config); repeat the flag for several models (or NAME,NAME). A zoo NAME loads its trained checkpoint; "
         "timm:ARCH builds any timm architecture (pretrained=False, the data set's classes and channels; "
         f"{TIMM_NAMES_HINT}); MODULE:FACTORY or path/to/file.py:FACTORY calls your function, which returns an "
         "nn.Module taking [0,1] images (N,C,H,W) to logits (N,classes). Records and the run folder name "
@@ -295,7 +308,48 @@ SETTINGS_FLAGS = (
 )  # fmt: skip
 
 
+#: The flags that choose what a run is (its config.json): refused beside --config, which gives them all.
+CONFIG_FLAGS = (
+    "model", "weights", "surrogate_weights", "num_classes", "img_size", "normalize", "name", "suite", "attacks",
+    "dataset", "seed", "backend", "cross_check", "eot", "eot_draws", "grad_modes", "eps", "reference_eps",
+    "skip_broken", *SETTINGS_FLAGS,
+)  # fmt: skip
+
+
+def _from_config(args: argparse.Namespace) -> tuple[RunSettings, Suite, dict[str, Any]]:
+    """``--config``: the run's settings and suite from its config.json, and the file's contents (the rerun's
+    config must equal them: :func:`_check_rerun`). SystemExit (one line) for a flag that would change it or
+    a file that is not a run's config."""
+    defaults = get_args_parser().parse_args(["--config", str(args.config)])
+    given = [f"--{n.replace('_', '-')}" for n in CONFIG_FLAGS if getattr(args, n) != getattr(defaults, n)]
+    if given:
+        raise SystemExit(
+            f"--config {args.config} gives the run's settings; drop {', '.join(given)} (or attack without "
+            "--config to make another run)"
+        )
+    try:
+        config = json.loads(Path(args.config).read_text(encoding="utf-8"))
+        settings, suite = RunSettings.from_config(config)
+    except (OSError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise SystemExit(f"--config {args.config}: {one_line(err)}") from None
+    return settings, suite, config
+
+
+def _check_rerun(config_file: Path, recorded: dict[str, Any], config: dict[str, Any]) -> None:
+    """The rerun is the recorded run: the same config, checkpoints included; else SystemExit naming what changed."""
+    changed = sorted(k for k in recorded.keys() | config.keys() if recorded.get(k) != config.get(k))
+    if changed:
+        raise SystemExit(
+            f"--config {config_file}: this rerun is not that run: {', '.join(changed)} differ (a retrained "
+            "checkpoint changes 'checkpoints'; point --results-dir at the models it was run with)"
+        )
+
+
 def _settings(args: argparse.Namespace) -> RunSettings:
+    if args.model is None:
+        raise SystemExit(
+            "name a model to attack (--model NAME), or rerun a run with --config RUN/config.json"
+        )
     flags = attackrun.ExternalFlags(
         args.model, args.surrogate, args.weights, args.surrogate_weights, args.num_classes, args.img_size,
         args.normalize, args.name,
@@ -324,15 +378,19 @@ def _options(args: argparse.Namespace) -> RunOptions:
     )  # fmt: skip
 
 
-def _suite(args: argparse.Namespace, settings: RunSettings, options: RunOptions) -> Suite:
+def _suite(
+    args: argparse.Namespace, settings: RunSettings, options: RunOptions, recorded: Suite | None = None
+) -> Suite:
     """The checks that need no data (--out, the model names, --tensorboard, the gradient modes' models: whether
     each model offers its modes is checked once it is loaded, still before any write), and the suite at its
-    budgets."""
+    budgets (``recorded``: a config.json's, already at them)."""
     try:
         attackrun.check_run(settings, options)
         if args.tensorboard is not None:
             runfolder.check_writable_root(args.tensorboard, "--tensorboard")
             check_tensorboard()
+        if recorded is not None:
+            return recorded
         suite = attackrun.select_suite(
             args.suite, None if args.attacks is None else ",".join(dict.fromkeys(args.attacks))
         )
@@ -345,8 +403,9 @@ def resolve(argv: list[str]) -> tuple[RunSettings, RunOptions, Suite]:
     """What an invocation means before any data is loaded: its settings (the gradient-mode request among
     them), options and suite (at its budgets); SystemExit on bad input."""
     args = get_args_parser().parse_args(argv)
-    settings, options = _settings(args), _options(args)
-    return settings, options, _suite(args, settings, options)
+    settings, suite, _ = _from_config(args) if args.config else (_settings(args), None, None)
+    options = _options(args)
+    return settings, options, _suite(args, settings, options, suite)
 
 
 def _configure_logging(args: argparse.Namespace, ctx: DistContext) -> None:
@@ -372,10 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads > 0:
             torch.set_num_threads(args.threads)  # explicit user request for this process only
         shard = attackrun.choose_shard(args.shard, ctx)
-        settings, options = _settings(args), _options(args)
-        suite = _suite(args, settings, options)
+        settings, suite, recorded = _from_config(args) if args.config else (_settings(args), None, None)
+        options = _options(args)
+        suite = _suite(args, settings, options, suite)
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
         job = attackrun.prepare_job(settings, options, suite, command, echo)
+        if recorded is not None:
+            _check_rerun(args.config, recorded, job.config)
         for line in attackrun.gradient_path_lines(job) if ctx.rank == 0 else ():
             echo(line)
         if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from robustbench_wave.attacks import Suite, load_suite, parse_budgets
+from robustbench_wave.attacks import Suite, load_suite, parse_budgets, parse_suite
 from robustbench_wave.core import runfolder
 from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import DEFAULT_DATASET
@@ -101,6 +101,17 @@ class GradModeRequest:
 #: What every model of a run is evaluated with when nothing else is chosen: :class:`EvalSettings`' own defaults,
 #: except the data set and the cross-check, which runs at each threat's reference budget (``headline``).
 RUN_EVALUATION = EvalSettings(dataset=DEFAULT_DATASET, cross_check=CrossCheck.HEADLINE.value)
+
+
+#: The keys every run's ``config.json`` holds (:meth:`RunSettings.to_config`), and those it holds only when
+#: a setting is not its default.
+CONFIG_KEYS = frozenset(
+    {"models", "suite", "dataset", "n_examples", "seed", "train_seed", "backend", "grad_modes", "surrogate",
+     "skip_broken", "cross_check", "checkpoints", "specs"}
+)  # fmt: skip
+OPTIONAL_CONFIG_KEYS = frozenset(
+    {"compile", "save_adversarial", "external", "eot", "eot_draws", "baseline", "escalation"}
+)
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,42 @@ class RunSettings:
             "checkpoints": hashes,
             "specs": specs or {},
         } | optional
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> tuple[RunSettings, Suite]:
+        """The settings and suite a run's ``config.json`` records (:meth:`to_config`'s inverse: ``to_config`` of
+        the result, with the same checkpoints, is ``config`` again); ValueError (one line) for a file that is
+        not such a config. ``attack --config RUN/config.json`` reruns a run from it."""
+        if not isinstance(config, Mapping) or not set(config) >= CONFIG_KEYS:
+            missing = (
+                sorted(CONFIG_KEYS - set(config)) if isinstance(config, Mapping) else sorted(CONFIG_KEYS)
+            )
+            raise ValueError(f"not a run's config.json: it lacks {missing}")
+        unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"config.json has keys no run writes: {unknown}")
+        eot = EotSettings(
+            config.get("eot", EotSettings.mode), int(config.get("eot_draws", EotSettings.draws))
+        )
+        evaluation = dataclasses.replace(
+            RUN_EVALUATION, dataset=config["dataset"], backend=config["backend"], seed=int(config["seed"]),
+            skip_broken=bool(config["skip_broken"]), cross_check=config["cross_check"], eot=eot,
+        )  # fmt: skip
+        text = str(config["grad_modes"])
+        settings = cls(
+            list(config["models"]),
+            evaluation,
+            n_examples=int(config["n_examples"]),
+            train_seed=int(config["train_seed"]),
+            grad_modes=GradModeRequest() if text == DEFAULT_GRAD_MODES else parse_grad_modes(text),
+            surrogate=str(config["surrogate"]),
+            compile=str(config.get("compile", CompileMode.OFF.value)),
+            save_adversarial=bool(config.get("save_adversarial", False)),
+            external=tuple(ExternalSpec.from_config(e) for e in config.get("external", {}).values()),
+            baseline=config.get("baseline"),
+            escalation=str(config.get("escalation", ESCALATION_CHOICES[0])),
+        )
+        return baseline_reference(settings), parse_suite(config["suite"], source="config.json")
 
     def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
         """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``dataset``:
