@@ -116,11 +116,13 @@ def finalize_run(
         escalation(None)  # rank 0 decides; this rank escalates its share
         return
 
+    checked: dict[str, Any] = {}  # the checklist's reports by model: a second pass checks the escalated only
+
     def finalize(energy: bool) -> tuple[Path, list[dict[str, Any]]]:
         report = measure_run(
             run_dir, modules, data.images, data.labels, data.info, n_diagnostics=options.n_diagnostics,
             diagnostics_steps=options.diagnostics_steps, seed=seed, batch_size=batch_size,
-            baseline=baseline, energy=energy,
+            baseline=baseline, energy=energy, checked=checked,
         )  # fmt: skip
         return report, (read_meta(run_dir / DIAGNOSTICS_JSON) or {}).get("models", [])
 
@@ -130,8 +132,10 @@ def finalize_run(
         escalated = escalation(reports)
         if escalated:
             echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
-            # energy.csv stays: the escalation adds records at the suite's own budgets, so the reference
-            # budget and the models the energy PGD attacks are those of the first pass
+            # Only the escalated models' records grew: the others keep their checklist, and energy.csv stays
+            # (the escalation attacks at the suite's own budgets, so the energy PGD's budget is the first pass's)
+            for name in escalated:
+                checked.pop(name, None)
             report, reports = finalize(energy=False)
         finished = True
     finally:

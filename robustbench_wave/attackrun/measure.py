@@ -69,6 +69,7 @@ def measure_run(
     seed: int = 0,
     baseline: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    checked: dict[str, DiagnosticsReport] | None = None,
 ) -> Path:
     """Energy, diagnostics, figures, verdict and ``report.md`` for a saved run; returns the report's path.
 
@@ -81,6 +82,8 @@ def measure_run(
     examples of every model with a wavelet front-end, in batches of ``batch_size``, with PGD of
     ``energy_steps`` steps (default: those of the run's Linf low-frequency entry, else ``diagnostics_steps``).
     Writes ``energy.csv``, ``diagnostics.csv/json``, ``figures/*.png``, ``verdict.json`` and ``report.md``.
+    ``checked``: the checklist's reports by model name, of an earlier pass over the same run; the models it
+    holds are not checked again (their records did not change), and those checked now are added to it.
     """
     run_dir = Path(run_dir)
     records, meta = read_run(run_dir)
@@ -97,7 +100,10 @@ def measure_run(
             run_dir, models, x[:k], y[:k], ids[:k], eps=eps, steps=steps, seed=seed, batch_size=batch_size
         )
     checklist = {"n": n_diagnostics, "eps": eps, "steps": diagnostics_steps, "square_queries": square_queries}
-    write_diagnostics(run_dir, _diagnose(models, x, y, records, info, meta, seed=seed, **checklist))
+    checked = {} if checked is None else checked
+    due = {name: model for name, model in models.items() if name not in checked}
+    checked.update(_diagnose(due, x, y, records, info, meta, seed=seed, **checklist))
+    write_diagnostics(run_dir, [checked[name] for name in models])
     return write_report(run_dir, num_classes=int(info.num_classes), baseline=baseline)
 
 
@@ -109,17 +115,15 @@ def _diagnose(
     info: Any,
     meta: dict[str, Any],
     **checklist: Any,
-) -> list[Any]:
+) -> dict[str, DiagnosticsReport]:
     """The gradient-masking checklist of every model on its own records (``checklist``: run_diagnostics'
-    n, eps, steps, square_queries and seed)."""
-    out = []
+    n, eps, steps, square_queries and seed), by model name."""
+    out = {}
     for name, model in models.items():
         rows = records[records["model"] == name]
         modes = recorded_modes(model, rows)
-        out.append(
-            run_diagnostics(
-                model, x, y, rows, info=info, model_name=name, meta=meta, grad_modes=modes, **checklist
-            )
+        out[name] = run_diagnostics(
+            model, x, y, rows, info=info, model_name=name, meta=meta, grad_modes=modes, **checklist
         )
     return out
 
