@@ -15,8 +15,6 @@ from its ``config.json`` to its report: models (zoo checkpoints, or ``timm:NAME`
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import sys
 from pathlib import Path
@@ -42,11 +40,10 @@ from robustbench_wave.core.cli import (
 from robustbench_wave.core.distributed import DEVICE_CHOICES, DistContext, init_distributed, shutdown
 from robustbench_wave.core.tracking import check_tensorboard
 from robustbench_wave.data import describe_datasets
-from robustbench_wave.evaluation.eot import EOT_ITER, EotMode, EotSettings
+from robustbench_wave.evaluation.eot import EOT_ITER, EotMode
 from robustbench_wave.evaluation.plan import CrossCheck
 from robustbench_wave.models.compiled import CompileMode
 from robustbench_wave.models.external import TIMM_NAMES_HINT
-from robustbench_wave.models.intake import one_line
 
 #: How long ranks wait for each other in a collective (a rank's shard may take hours longer than another's;
 #: torchrun stops every rank as soon as one fails, so a long wait never hides a crash).
@@ -67,12 +64,10 @@ def get_args_parser() -> Parser:
     p.add_argument(
         "--config",
         type=Path,
-        default=None,
         metavar="RUN/config.json",
-        help="rerun a run from the config.json its folder holds: its models, data set, suite and every setting "
-        "that makes the run what it is (the flags that choose those are refused beside it); the checkpoints "
-        "must still be those it names (their sha256). Where and how fast it runs stays yours: --out, "
-        "--results-dir, --run-name, --batch-size, --device, the checklist flags",
+        help="rerun a run from its folder's config.json: its models, data, suite and settings (the flags that "
+        "choose them are refused beside it); the checkpoints must be those it names (sha256). --out, "
+        "--results-dir, --run-name, --batch-size, --device and the checklist flags stay yours",
     )
     p.add_argument(
         "--model",
@@ -303,71 +298,18 @@ def get_args_parser() -> Parser:
 
 
 #: Flags that are :class:`~robustbench_wave.attackrun.RunSettings` fields of the same name.
-SETTINGS_FLAGS = (
-    "n_examples", "train_seed", "surrogate", "compile", "save_adversarial", "baseline", "escalation",
-)  # fmt: skip
-
-
-#: The flags that choose what a run is (its config.json): refused beside --config, which gives them all.
-CONFIG_FLAGS = (
-    "model", "weights", "surrogate_weights", "num_classes", "img_size", "normalize", "name", "suite", "attacks",
-    "dataset", "seed", "backend", "cross_check", "eot", "eot_draws", "grad_modes", "eps", "reference_eps",
-    "skip_broken", *SETTINGS_FLAGS,
-)  # fmt: skip
-
-
 def _from_config(args: argparse.Namespace) -> tuple[RunSettings, Suite, dict[str, Any]]:
-    """``--config``: the run's settings and suite from its config.json, and the file's contents (the rerun's
-    config must equal them: :func:`_check_rerun`). SystemExit (one line) for a flag that would change it or
-    a file that is not a run's config."""
-    defaults = get_args_parser().parse_args(["--config", str(args.config)])
-    given = [f"--{n.replace('_', '-')}" for n in CONFIG_FLAGS if getattr(args, n) != getattr(defaults, n)]
-    if given:
-        raise SystemExit(
-            f"--config {args.config} gives the run's settings; drop {', '.join(given)} (or attack without "
-            "--config to make another run)"
-        )
     try:
-        config = json.loads(Path(args.config).read_text(encoding="utf-8"))
-        settings, suite = RunSettings.from_config(config)
-    except (OSError, ValueError) as err:  # JSONDecodeError is a ValueError
-        raise SystemExit(f"--config {args.config}: {one_line(err)}") from None
-    return settings, suite, config
-
-
-def _check_rerun(config_file: Path, recorded: dict[str, Any], config: dict[str, Any]) -> None:
-    """The rerun is the recorded run: the same config, checkpoints included; else SystemExit naming what changed."""
-    changed = sorted(k for k in recorded.keys() | config.keys() if recorded.get(k) != config.get(k))
-    if changed:
-        raise SystemExit(
-            f"--config {config_file}: this rerun is not that run: {', '.join(changed)} differ (a retrained "
-            "checkpoint changes 'checkpoints'; point --results-dir at the models it was run with)"
-        )
+        return attackrun.read_config_flag(args, get_args_parser().parse_args(["--config", str(args.config)]))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
-    if args.model is None:
-        raise SystemExit(
-            "name a model to attack (--model NAME), or rerun a run with --config RUN/config.json"
-        )
-    flags = attackrun.ExternalFlags(
-        args.model, args.surrogate, args.weights, args.surrogate_weights, args.num_classes, args.img_size,
-        args.normalize, args.name,
-    )  # fmt: skip
-    evaluation = dataclasses.replace(
-        RunSettings.evaluation, dataset=args.dataset, backend=args.backend, seed=args.seed,
-        skip_broken=args.skip_broken, cross_check=args.cross_check, eot=EotSettings(args.eot, args.eot_draws),
-    )  # fmt: skip
-    named = {name: getattr(args, name) for name in SETTINGS_FLAGS}
     try:
-        modes = (
-            attackrun.parse_grad_modes(args.grad_modes) if args.grad_modes else attackrun.GradModeRequest()
-        )
-        external = attackrun.external_specs(flags)
-        settings = RunSettings(args.model, evaluation, grad_modes=modes, external=external, **named)
+        return attackrun.settings_from_args(args)
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    return attackrun.baseline_reference(settings)
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
@@ -437,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         command = command_line("robustbench_wave.attack", raw_argv, ctx.world_size, ctx.local_world_size)
         job = attackrun.prepare_job(settings, options, suite, command, echo)
         if recorded is not None:
-            _check_rerun(args.config, recorded, job.config)
+            attackrun.check_rerun(args.config, recorded, job.config)
         for line in attackrun.gradient_path_lines(job) if ctx.rank == 0 else ():
             echo(line)
         if not ctx.distributed:  # torchrun's ranks beyond the seeding blocks idle (attackrun.rank_shard)

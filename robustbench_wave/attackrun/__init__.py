@@ -21,6 +21,9 @@ refuses a run it cannot honour with :class:`RunRefused` (a ValueError) before an
   (:func:`measure_run`);
 * :mod:`.finalize`: diagnostics, escalation after the checklist, verdict, report.md and marked tables of the
   finished run (:func:`finalize_run`);
+* :mod:`.invocation`: the attack command's flags as a run's settings (:func:`settings_from_args`), or a run's
+  config.json read back for ``attack --config RUN/config.json`` and the rerun checked to be that run
+  (:func:`read_config_flag`, :func:`check_rerun`);
 * :mod:`.merge` and :mod:`.run_reaudit`: what ``python -m robustbench_wave.report merge RUN`` and ``reaudit
   RUN`` do with a finished run.
 
@@ -42,6 +45,12 @@ from robustbench_wave.attackrun.folder import (
     prepare_run_dir,
     run_folder,
     run_meta,
+)
+from robustbench_wave.attackrun.invocation import (
+    check_rerun,
+    read_config,
+    read_config_flag,
+    settings_from_args,
 )
 from robustbench_wave.attackrun.job import Job, RunOptions, check_run, gradient_path_lines, prepare_job
 from robustbench_wave.attackrun.measure import measure_run
@@ -122,6 +131,7 @@ __all__ = [
     "check_dataset",
     "check_grad_mode_models",
     "check_names",
+    "check_rerun",
     "check_run",
     "check_shards",
     "choose_shard",
@@ -141,6 +151,8 @@ __all__ = [
     "prepare_job",
     "prepare_run_dir",
     "rank_shard",
+    "read_config",
+    "read_config_flag",
     "reaudit_run",
     "reload_models",
     "resolve_model_modes",
@@ -149,6 +161,7 @@ __all__ = [
     "run_job",
     "run_meta",
     "select_suite",
+    "settings_from_args",
     "suite_at_budgets",
     "write_merged_run",
 ]
