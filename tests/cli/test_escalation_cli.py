@@ -4,10 +4,11 @@ One run of three factories computing the same linear function (:mod:`tests.suppo
 undefended one given as ``--baseline`` (so ``--surrogate auto`` takes it), one behind a NumPy round trip that
 no scan links (no gradient: escalated from the scan, before the checklist) and one with saturated logits (nothing for the
 scan to find; every check of its one mode fails: escalated after the checklist). Both escalations run Square
-at 5,000 queries at every budget of L∞ and L2 and transfer from the baseline at L2 (the suite's transfer is
-L∞ only); the same function under the same seeds gets the same escalation rows either way. The baseline is
-not escalated and its records are those of a run without the others; the escalated run resumes, and is not
-escalated again; its tables mark the failed models' cells and its verdict calls them unverified.
+at every budget of L∞ and L2 (at 500 queries here, not 5,000: tests/support/escalation_queries.py) and
+transfer from the baseline at L2 (the suite's transfer is L∞ only); the same function under the same seeds gets
+the same escalation rows either way. The baseline is not escalated and its records are those of a run without
+the others; the escalated run resumes, and is not escalated again; its tables mark the failed models' cells and
+its verdict calls them unverified.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.tables import MARK, MARK_COLUMN
 from tests.support import external_models as ext
+from tests.support.escalation_queries import fewer_square_queries
 
 PLAIN = "tests.support.external_models:pooled_linear"
 LOST = "tests.support.escalation_models:flat_pooled_linear"
@@ -56,7 +58,10 @@ def _run(tmp_path: Path, models: list[str], *extra: str) -> Path:
 
 
 @pytest.mark.slow
-def test_lost_and_masked_gradients_escalate_and_the_baseline_does_not(tmp_path: Path) -> None:
+def test_lost_and_masked_gradients_escalate_and_the_baseline_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fewer_square_queries(monkeypatch)
     run = _run(tmp_path / "three", [PLAIN, LOST, SATURATED])
     plain, lost, saturated = (ExternalSpec(r).slug for r in (PLAIN, LOST, SATURATED))
     records, meta = read_run(run)

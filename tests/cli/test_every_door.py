@@ -23,6 +23,7 @@ from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.models.autobpda import gradient_path
 from tests.support import REPO
 from tests.support import external_models as ext
+from tests.support.gallery_in_process import attack_in_process
 from tests.support.roundtrip_models import jpeg_pooled_linear
 
 FACTORY = f"{REPO / 'tests' / 'support' / 'roundtrip_models.py'}:jpeg_pooled_linear"
@@ -62,8 +63,10 @@ def _run_records(out: Path) -> pd.DataFrame:
     return read_run(run)[0]
 
 
-@pytest.mark.slow  # five runs of a small suite on 8 images (~40 s)
-def test_one_defence_through_every_door_gives_the_same_records(tmp_path: Path, weights: Path) -> None:
+@pytest.mark.slow  # six runs of a small suite on 8 images, all in this process (~10 s)
+def test_one_defence_through_every_door_gives_the_same_records(
+    tmp_path: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     common = ["--dataset", "synthetic", "--suite", "smoke", "--attacks", ATTACKS, "--n-examples", str(N)]
     common += ["--surrogate", "none", "--no-progress", "--device", "cpu", "--no-diagnostics"]
     assert (
@@ -88,8 +91,11 @@ def test_one_defence_through_every_door_gives_the_same_records(tmp_path: Path, w
     flags = f"--attacks {ATTACKS} --surrogate none"
     args = ["attack", "--results-dir", str(tmp_path / "g"), "--dataset", "synthetic", "--suite", "smoke"]
     args += ["--n-examples", str(N), "--defence", FACTORY, "--weights", str(weights), "--no-progress"]
-    args += ["--adaptive-args", flags, "--naive-args", flags]
+    args += ["--adaptive-args", flags, "--naive-args", flags, "--attack-args=--no-diagnostics"]  # as above
+    # the gallery's records, not its process (test_gallery_end_to_end starts one): its commands run here
+    launched = attack_in_process(monkeypatch)
     assert gallery.main(args) == 0
+    assert len(launched) == 2 and all("--no-diagnostics" in c for c in launched)  # naive and adaptive
     runs = json.loads(next((tmp_path / "g").rglob("runs.json")).read_text())
     adaptive = next(Path(r["run"]) for r in runs if r["protocol"] == "adaptive")
     by_door |= {"gallery --defence": _suite_rows(read_run(adaptive)[0])}

@@ -1,5 +1,9 @@
 """The gallery command end to end on the synthetic data: train the CNNs a little, attack two defences under
-both protocols with the attack command, write the table; then every step again reuses what is finished."""
+both protocols with the attack command, write the table; then every step again reuses what is finished.
+
+The first attack command starts ``python -m robustbench_wave.attack`` as a process, as the gallery always does
+(the only test that does: the other gallery tests run every command in their own process); the other three run
+its ``main`` in this process (tests/support/gallery_in_process.py), each into its log file."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pytest
 from robustbench_wave import gallery
 from robustbench_wave.attack import get_args_parser as attack_parser
 from robustbench_wave.defenses import PROTOCOLS
+from tests.support.gallery_in_process import LAUNCH, attack_in_process
 
 ATTACK_ARGS = "--attacks clean,fgsm,pgd_linf --n-diagnostics 8 --diagnostics-steps 2 --cross-check off"
 SMALL = [
@@ -32,9 +37,11 @@ def _protocol_args() -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_gallery_trains_attacks_and_tabulates(tmp_path: Path) -> None:
+def test_the_gallery_trains_attacks_and_tabulates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "gallery"
+    launched = attack_in_process(monkeypatch, real=1)
     assert gallery.main(["all", "--results-dir", str(out), *SMALL, *_protocol_args()]) == 0
+    assert len(launched) == 4 and all(c[: len(LAUNCH)] == LAUNCH for c in launched)
     table = pd.read_csv(out / "gallery.csv")
     assert table["defence"].tolist() == ["cnn", "bit_depth"]
     assert (table["n"] == 8).all() and (table["eps"] == 0.03).all()

@@ -25,6 +25,7 @@ from robustbench_wave.evaluation.metrics import paired_table, robust_flags, wils
 from robustbench_wave.evaluation.trust import Standing, Trust
 from robustbench_wave.models.external import ExternalSpec
 from robustbench_wave.reporting.runs import RunFolder, load_run
+from tests.support.gallery_in_process import attack_in_process
 
 #: The user's file: 4-bit rounding in front of a tiny CNN, the CNN alone (same ``net.*`` weights), and two
 #: baselines that do not fit the synthetic data (5 classes; a head sized for 28x28 images).
@@ -108,8 +109,12 @@ def _own_args(source: Path, weights: Path, baseline: str | None = "plain_cnn") -
 
 
 @pytest.mark.slow
-def test_a_users_defence_is_tabulated_against_its_twin_in_the_same_runs(tmp_path: Path) -> None:
+def test_a_users_defence_is_tabulated_against_its_twin_in_the_same_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source, weights = _user_files(tmp_path / "user")
+    # the table of the runs, not the attack command's process (test_gallery_end_to_end starts one): run here
+    launched = attack_in_process(monkeypatch)
     out = tmp_path / "gallery"
     argv = [
         "all",
@@ -121,6 +126,7 @@ def test_a_users_defence_is_tabulated_against_its_twin_in_the_same_runs(tmp_path
         ATTACK_ARGS,
     ]
     assert gallery.main(argv) == 0
+    assert len(launched) == 2  # one attack command per protocol, each with both models
     assert not (out / "weights").exists()  # nothing of the gallery's is trained for a defence of one's own
 
     defence = ExternalSpec(f"{source}:quantised_cnn").slug

@@ -32,6 +32,7 @@ from robustbench_wave.models.autobpda import LOST, NO_RULE, STRAIGHT_THROUGH, au
 from tests.support import external_models as ext
 from tests.support import masking_models as mm
 from tests.support.escalation_models import flat_pooled_linear
+from tests.support.escalation_queries import fewer_square_queries
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,12 +223,18 @@ QUADRANT_SUITE = {
 
 
 @pytest.mark.slow
-def test_a_masked_model_escalates_after_the_checklist(tmp_path: Path) -> None:
+def test_a_masked_model_escalates_after_the_checklist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The checklist's saturated model (``masking_models.SaturatedQuadrant``: the softmax underflows, every CE
     attack sees a zero gradient, the scan finds nothing) fails in its one mode and escalates after the
     checklist, with transfer from the unsaturated model. Oracle: a quadrant-mean classifier is broken at L∞ eps
     exactly when its quadrant contrast is at most 2 eps (the label's quadrant down by eps, another up), so the
-    escalated worst case must be that closed form: none robust at 0.1, all at 0.05 (contrast 0.16)."""
+    escalated worst case must be that closed form: none robust at 0.1, all at 0.05 (contrast 0.16).
+
+    Square at 500 queries (tests/support/escalation_queries.py): at 0.05 nothing can be broken, so 5,000 would
+    only spend 4,500 more iterations per budget on the same answer; at 0.1 every point still falls."""
+    fewer_square_queries(monkeypatch)
     x, y = mm.quadrant_data(16)
     model, honest = mm.SaturatedQuadrant().eval(), mm.QuadrantLinear().eval()
     suite = parse_suite(QUADRANT_SUITE)

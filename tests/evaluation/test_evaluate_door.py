@@ -15,6 +15,7 @@ from robustbench_wave.evaluation import EvalSettings, evaluate
 from tests.support import external_models as ext
 from tests.support.autobpda_models import quantized_pooled_linear
 from tests.support.escalation_models import flat_pooled_linear
+from tests.support.escalation_queries import fewer_square_queries
 
 SUITE = ["fgsm", "pgd_linf", "pgd_l2"]
 
@@ -42,8 +43,11 @@ def test_an_in_memory_model_is_scanned_and_attacked_with_bpda() -> None:
     assert "unchecked" in str(result) and "†" not in str(result)
 
 
-@pytest.mark.slow  # the escalation's Square at 5,000 queries (~20 s)
-def test_a_lost_gradient_is_escalated_and_reads_as_an_upper_bound(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.slow  # the escalation's Square (at 500 queries, not 5,000: tests/support/escalation_queries.py)
+def test_a_lost_gradient_is_escalated_and_reads_as_an_upper_bound(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fewer_square_queries(monkeypatch)  # this door escalates; what 5,000 queries break: test_escalation.py
     data = load_test_images("synthetic", 16)
     settings = EvalSettings(model_name="list", dataset=data.info)
     suite = load_suite("smoke").select(SUITE)

@@ -1,7 +1,9 @@
 """More torchrun ranks than seeding blocks (``make demo`` on a machine with many cores): the ranks beyond the
 blocks idle, rank 0 says so, and the records are the one-process run's, byte for byte.
 
-Three gloo ranks on 16 examples of the tiny models' suite (``rng_block = 8``: two blocks).
+Three gloo ranks on 16 examples of the tiny models' suite (``rng_block = 8``: two blocks), four of its attacks:
+random draws per seeding block (uniform noise, Square), a gradient (FGSM) and the surrogate's transfer. The
+whole suite on two ranks, diagnostics and report included, is test_sharding_torchrun.py's (43 examples).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.support.shard_models import RNG_BLOCK, attack_args, run_dir
 pytestmark = pytest.mark.slow  # starts processes
 
 N_EXAMPLES, RANKS = 2 * RNG_BLOCK, 3
+ATTACKS = "noise_uniform,fgsm,square,transfer_pgd_linf"
 
 
 def _free_port() -> int:
@@ -32,7 +35,8 @@ def _free_port() -> int:
 
 
 def test_ranks_beyond_the_seeding_blocks_idle_and_records_match(tiny: Path, tmp_path: Path) -> None:
-    args = attack_args(tmp_path / "ranks", tiny, "--n-examples", str(N_EXAMPLES), "--no-diagnostics")
+    flags = ["--n-examples", str(N_EXAMPLES), "--attacks", ATTACKS, "--no-diagnostics"]
+    args = attack_args(tmp_path / "ranks", tiny, *flags)
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), shard_models.WEIGHTS_ENV: str(tiny)}
     cmd = [
@@ -44,7 +48,7 @@ def test_ranks_beyond_the_seeding_blocks_idle_and_records_match(tiny: Path, tmp_
     assert "3 ranks, but 16 examples make 2 seeding blocks of 8: ranks 2-2 idle" in proc.stderr
 
     one = tmp_path / "one"
-    assert attack.main(attack_args(one, tiny, "--n-examples", str(N_EXAMPLES), "--no-diagnostics")) == 0
+    assert attack.main(attack_args(one, tiny, *flags)) == 0
     ranked = run_dir(tmp_path / "ranks")
     assert (ranked / RECORDS_FILE).read_bytes() == (run_dir(one) / RECORDS_FILE).read_bytes()
     meta = json.loads((ranked / "meta.json").read_text())

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -137,22 +138,6 @@ def one_rank(tmp_path_factory) -> Path:
     return out
 
 
-def test_two_rank_cli_writes_one_run_that_matches_one_process(tmp_path, one_rank):
-    _torchrun(*ARGS, "--results-dir", str(tmp_path))
-    directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
-    metrics = [json.loads(line) for line in (directory / ckpt.METRICS).read_text().splitlines()]
-    assert [m["epoch"] for m in metrics] == [1, 2]  # written once, by rank 0
-    assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE, ckpt.CONFIG, ckpt.METRICS, ckpt.WEIGHTS]
-    config = json.loads((directory / ckpt.CONFIG).read_text())
-    assert config["provenance"]["world_size"] == 2 and config["provenance"]["backend"] == "gloo"
-    assert config["provenance"]["device"] == "cpu" and config["precision"] == "float32"
-    reference = json.loads((ckpt.run_dir(one_rank, "synthetic", "patch", 0) / ckpt.CONFIG).read_text())
-    assert config["fingerprint"] == reference["fingerprint"]  # the number of ranks is not configuration
-    _assert_close(_weights(tmp_path), _weights(one_rank))
-    summary = pd.read_csv(tmp_path / "train" / "synthetic" / "summary.csv")
-    assert list(summary["model"]) == ["patch"]
-
-
 KILL_RANK_1_IN_EPOCH_2 = """
 import json, os, signal, sys, time
 from pathlib import Path
@@ -172,27 +157,61 @@ sys.exit(train.main(sys.argv[1:]))
 """
 
 
-def test_two_ranks_resume_after_kill_9_and_so_does_one(tmp_path, one_rank):
-    killed = _torchrun(*ARGS, "--results-dir", str(tmp_path), program=[sys.executable, "-c", KILL_RANK_1_IN_EPOCH_2],
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory) -> SimpleNamespace:
+    """Two ranks of ``python -m robustbench_wave.train`` whose rank 1 is killed (-9) in epoch 2, then the same
+    command again, which resumes and finishes the run: one pair of launches for the two tests below (each
+    launch starts three interpreters). ``left``: what the killed launch left behind, seen before the second
+    launch (its exit status, resume.json, whether the weights exist); ``alone``: a copy of that state."""
+    root = tmp_path_factory.mktemp("two-ranks")
+    killed = _torchrun(*ARGS, "--results-dir", str(root), program=[sys.executable, "-c", KILL_RANK_1_IN_EPOCH_2],
                        check=False)  # fmt: skip
-    assert killed.returncode != 0
-    directory = ckpt.run_dir(tmp_path, "synthetic", "patch", 0)
-    assert json.loads((directory / ckpt.RESUME_STATE).read_text())["epoch"] == 1
-    assert not (directory / ckpt.WEIGHTS).exists()
-    shutil.copytree(tmp_path / "train", tmp_path / "alone" / "train")
-    resumed = _torchrun(*ARGS, "--results-dir", str(tmp_path))
-    assert "resuming after epoch 1/2" in resumed.stderr + resumed.stdout
+    directory = ckpt.run_dir(root, "synthetic", "patch", 0)
+    resume = directory / ckpt.RESUME_STATE
+    left = SimpleNamespace(
+        returncode=killed.returncode,
+        resume=json.loads(resume.read_text()) if resume.exists() else None,
+        weights=(directory / ckpt.WEIGHTS).exists(),
+    )
+    shutil.copytree(root / "train", root / "alone" / "train")
+    resumed = _torchrun(*ARGS, "--results-dir", str(root))
+    return SimpleNamespace(root=root, directory=directory, left=left, resumed=resumed, alone=root / "alone")
+
+
+def test_two_rank_cli_writes_one_run_that_matches_one_process(killed_and_resumed, one_rank):
+    """The run the two ranks finished (epoch 1 before the kill, epoch 2 after it; the resume is the next
+    test's): written once, by rank 0, as one process writes it."""
+    root, directory = killed_and_resumed.root, killed_and_resumed.directory
     metrics = [json.loads(line) for line in (directory / ckpt.METRICS).read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]  # written once, by rank 0
+    assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE, ckpt.CONFIG, ckpt.METRICS, ckpt.WEIGHTS]
+    config = json.loads((directory / ckpt.CONFIG).read_text())
+    assert config["provenance"]["world_size"] == 2 and config["provenance"]["backend"] == "gloo"
+    assert config["provenance"]["device"] == "cpu" and config["precision"] == "float32"
+    reference = json.loads((ckpt.run_dir(one_rank, "synthetic", "patch", 0) / ckpt.CONFIG).read_text())
+    assert config["fingerprint"] == reference["fingerprint"]  # the number of ranks is not configuration
+    _assert_close(_weights(root), _weights(one_rank))
+    summary = pd.read_csv(root / "train" / "synthetic" / "summary.csv")
+    assert list(summary["model"]) == ["patch"]
+
+
+def test_two_ranks_resume_after_kill_9_and_so_does_one(killed_and_resumed, one_rank):
+    run = killed_and_resumed
+    assert run.left.returncode != 0
+    assert run.left.resume is not None and run.left.resume["epoch"] == 1
+    assert not run.left.weights
+    assert "resuming after epoch 1/2" in run.resumed.stderr + run.resumed.stdout
+    metrics = [json.loads(line) for line in (run.directory / ckpt.METRICS).read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
-    assert not (directory / ckpt.RESUME_STATE).exists()
-    _assert_close(_weights(tmp_path), _weights(one_rank))
+    assert not (run.directory / ckpt.RESUME_STATE).exists()
+    _assert_close(_weights(run.root), _weights(one_rank))
     # the number of ranks is not configuration: one process resumes the two ranks' run as well
-    alone = ckpt.run_dir(tmp_path / "alone", "synthetic", "patch", 0) / ckpt.METRICS
+    alone = ckpt.run_dir(run.alone, "synthetic", "patch", 0) / ckpt.METRICS
     epoch_1 = alone.read_text().splitlines()
     with _one_thread():
-        train.main([*ARGS, "--results-dir", str(tmp_path / "alone")])
+        train.main([*ARGS, "--results-dir", str(run.alone)])
     assert alone.read_text().splitlines()[:1] == epoch_1 and len(alone.read_text().splitlines()) == 2
-    _assert_close(_weights(tmp_path / "alone"), _weights(one_rank))
+    _assert_close(_weights(run.alone), _weights(one_rank))
 
 
 def test_a_locked_run_folder_stops_every_rank(tmp_path):
