@@ -21,6 +21,7 @@ import pytest
 
 from robustbench_wave import attack
 from robustbench_wave.analysis.verdict import UNVERIFIED
+from robustbench_wave.attackrun import finalize, measure
 from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.models.external import ExternalSpec
@@ -62,8 +63,19 @@ def test_lost_and_masked_gradients_escalate_and_the_baseline_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fewer_square_queries(monkeypatch)
+    checked: list[str] = []  # the checklist's models in call order, and whether each pass measured energy
+    energy: list[bool] = []
+    checklist, measure_run = measure.run_diagnostics, finalize.measure_run
+    monkeypatch.setattr(
+        measure, "run_diagnostics", lambda *a, **k: checked.append(k["model_name"]) or checklist(*a, **k)
+    )
+    monkeypatch.setattr(
+        finalize, "measure_run", lambda *a, **k: energy.append(k["energy"]) or measure_run(*a, **k)
+    )
     run = _run(tmp_path / "three", [PLAIN, LOST, SATURATED])
     plain, lost, saturated = (ExternalSpec(r).slug for r in (PLAIN, LOST, SATURATED))
+    # after the checklist escalated the saturated model, only it was checked again, without a second energy pass
+    assert checked == [plain, lost, saturated, saturated] and energy == [True, False]
     records, meta = read_run(run)
     config = json.loads((run / "config.json").read_text())
     assert config["surrogate"] == PLAIN and config["baseline"] == plain  # --surrogate auto took the baseline
