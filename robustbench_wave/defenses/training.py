@@ -30,7 +30,7 @@ from robustbench_wave.training.engine import (
     Recipe,
     build_optimizer,
     build_scheduler,
-    evaluate,
+    clean_metrics,
     train_one_epoch,
 )
 from robustbench_wave.training.runner import (
@@ -101,7 +101,7 @@ def train_entry(entry: GalleryEntry, data: TrainingData, options: TrainOptions) 
             log.info("gallery %s: already trained (%s)", entry.name, path)
             return done
         model, history = _train(entry, data, options)
-        test = evaluate(model, data.test_images, data.test_labels)
+        test = clean_metrics(model, data.test_images, data.test_labels)
         record = {
             "entry": entry.name, "factory": entry.reference, "fingerprint": key,
             "dataset": data.info.name, "seed": options.seed, "recipe": options.recipe.to_dict(),
@@ -153,7 +153,7 @@ def _train(entry: GalleryEntry, data: TrainingData, options: TrainOptions) -> tu
             device=torch.device("cpu"), desc=f"gallery {entry.name} epoch {epoch + 1}/{recipe.epochs}",
             progress=options.progress,
         )  # fmt: skip
-        val = evaluate(model, data.val_images, data.val_labels)
+        val = clean_metrics(model, data.val_images, data.val_labels)
         history.append(
             {"epoch": epoch + 1, **stats, "val_accuracy": val["accuracy"],
              "epoch_seconds": time.perf_counter() - start}

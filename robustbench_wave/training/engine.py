@@ -175,7 +175,7 @@ def train_one_epoch(
 
 
 @torch.no_grad()
-def evaluate(
+def clean_metrics(
     model: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,

@@ -40,7 +40,7 @@ from robustbench_wave.training.engine import (
     Recipe,
     build_optimizer,
     build_scheduler,
-    evaluate,
+    clean_metrics,
     train_one_epoch,
 )
 from robustbench_wave.training.parallel import SINGLE, check_bf16, check_global_batch, wrap_model
@@ -383,7 +383,7 @@ def _train_epoch(run: _Run, data: TrainingData, recipe: Recipe, epoch: int, prog
         device=run.ctx.device, desc=f"{run.name} s{run.seed} epoch {epoch + 1}/{recipe.epochs}",
         progress=progress, ctx=run.ctx, bf16=run.bf16,
     )  # fmt: skip
-    val = evaluate(run.model, data.val_images, data.val_labels, device=run.ctx.device, ctx=run.ctx)
+    val = clean_metrics(run.model, data.val_images, data.val_labels, device=run.ctx.device, ctx=run.ctx)
     row = {
         "epoch": epoch + 1,
         **stats,
@@ -413,7 +413,7 @@ def _save_epoch(run: _Run, epochs_done: int, history: list[dict[str, Any]]) -> N
 def _finish(run: _Run, data: TrainingData, history: list[dict[str, Any]]) -> dict[str, Any]:
     """Test accuracy, final weights (their sha256), throughput, cost and the model's description;
     rank 0 writes the weights and its numbers are every rank's."""
-    test = evaluate(run.model, data.test_images, data.test_labels, device=run.ctx.device, ctx=run.ctx)
+    test = clean_metrics(run.model, data.test_images, data.test_labels, device=run.ctx.device, ctx=run.ctx)
     sha = ckpt.save_weights(run.directory / ckpt.WEIGHTS, run.model) if run.ctx.is_main else None
     desc = describe(run.model)
     final = {

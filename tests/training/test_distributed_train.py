@@ -60,7 +60,7 @@ def _few_steps(ctx: DistContext) -> dict:
     recipe = engine.Recipe(epochs=1, batch_size=32, augmentation=True)
     optimizer = engine.build_optimizer(model, recipe)
     scheduler = engine.build_scheduler(optimizer, recipe, len(labels) // recipe.batch_size)
-    before = engine.evaluate(model, images, labels, batch_size=16, ctx=ctx)
+    before = engine.clean_metrics(model, images, labels, batch_size=16, ctx=ctx)
     stats = engine.train_one_epoch(
         parallel.wrap_model(model, ctx), images, labels, optimizer, scheduler, recipe,
         torch.Generator().manual_seed(1), device=ctx.device, progress=False, ctx=ctx,
