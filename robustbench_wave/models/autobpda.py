@@ -131,6 +131,9 @@ SATURATION = "saturation"
 NEW_LEAF = (
     "leaf made in the forward"  # ``requires_grad_`` on values cut from the input: a test-time optimisation
 )
+#: The random state every scan starts from (:func:`_probing`): its findings on a randomised model are the same
+#: in every process, whatever ran before.
+PROBE_SEED = 0
 FORWARD_DIFFERS = gradcheck.FORWARD_DIFFERS
 GRADIENT_DISAGREES = gradcheck.GRADIENT_DISAGREES
 
@@ -1395,11 +1398,16 @@ def _findings(tracer: Tracer) -> tuple[Finding, ...]:
 
 @contextlib.contextmanager
 def _probing(model: nn.Module, device: torch.device) -> Iterator[None]:
-    """Parameters frozen (so only tensors computed from the input require grad), torch's random state left
-    as it was (a randomised model draws during the probe), everything restored afterwards."""
+    """Parameters frozen (so only tensors computed from the input require grad), torch's random state seeded
+    with :data:`PROBE_SEED` (a randomised model draws during the probe: what the scan decides, escalation
+    included, must not depend on what the process drew before it) and left as it was afterwards, everything
+    restored."""
     grads = [(p, p.requires_grad) for p in model.parameters()]
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.default_generator.manual_seed(PROBE_SEED)
+            if device.type == "cuda":
+                torch.cuda.manual_seed(PROBE_SEED)
             for p, _ in grads:
                 p.requires_grad_(False)
             yield

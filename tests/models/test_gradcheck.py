@@ -62,6 +62,21 @@ def test_the_probe_runs_from_one_random_state_and_leaves_torchs_alone() -> None:
     assert torch.equal(torch.get_rng_state(), state) and path.gradient_check is not None
 
 
+def test_what_the_scan_finds_on_a_randomised_model_does_not_depend_on_what_was_drawn_before() -> None:
+    """The probe starts from its own seed (``autobpda.PROBE_SEED``): a noisy-gradient model scanned after
+    different draws of the process gets the same findings and ratio (before, an evaluation's escalation of it
+    depended on the tests that ran before it in the same worker)."""
+    model = gm.defended(gm.Front(gm.WRONG_GRADIENTS["random_hook"]))
+    x = gm.probe_images(8)
+    paths = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        torch.rand(seed * 1000)  # the process drew something else before
+        paths.append(ab.scan(model, x))
+    assert paths[0].findings == paths[1].findings and paths[0].findings
+    assert paths[0].gradient_check == paths[1].gradient_check
+
+
 def _small_cnn() -> nn.Module:
     torch.manual_seed(0)
     return SmallCNN().eval()
