@@ -226,10 +226,19 @@ def _robust(model: torch.nn.Module, adv: torch.Tensor, y: torch.Tensor) -> torch
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("threat", "eps"), [("Linf", 0.1), ("L2", 1.0), ("Linf", 0.01)])
-def test_zoo_wavelet_vit_robust_set_as_torchattacks_fab_t(threat: str, eps: float) -> None:
+@pytest.mark.parametrize(("threat", "eps", "targets"), [("Linf", 0.1, 9), ("L2", 1.0, 3), ("Linf", 0.01, 3)])
+def test_zoo_wavelet_vit_robust_set_as_torchattacks_fab_t(threat: str, eps: float, targets: int) -> None:
     """Untrained zoo wavelet ViT, 32 random images labelled by the model: the two implementations' robust
-    sets differ by at most 2 points, and every builtin point is within eps (measured: identical sets)."""
+    sets differ by at most 2 points, and every builtin point is within eps (measured: identical sets at L∞ 0.1
+    and L2 1.0, one point apart at L∞ 0.01).
+
+    Sizes (CI time): 32 images, the comparison's statistical power (a few points decide it at L∞ 0.01), are
+    kept; 30 steps for both implementations (at AutoAttack's 100 they agreed as closely: the same counts of
+    differing points); at L2 1.0 and L∞ 0.01, where points stand through every target, the first 3 targets in
+    order (targets 4-9 broke no further point under either implementation: the same robust sets as with 9),
+    at L∞ 0.1 all 9 (every point falls to its first target, so the others cost nothing). The target order on
+    the linear oracle: test_breaks_exactly_the_points_within_eps_of_a_linear_boundary; targets grouped:
+    test_targets_side_by_side_return_the_sequential_points."""
     from robustbench_wave.data import dataset_info
     from robustbench_wave.models.vit import build_model
     from robustbench_wave.models.zoo import load_spec
@@ -238,11 +247,11 @@ def test_zoo_wavelet_vit_robust_set_as_torchattacks_fab_t(threat: str, eps: floa
     model = build_model(load_spec("wavelet"), dataset_info("fashion-mnist")).eval()
     x = torch.rand(32, 1, 32, 32)
     y = labelled(model, x)
-    steps = 100 if eps >= 0.1 else 30
+    steps = 30
     with attack_mode(model):
         wrapped = GradSafe(model)
-        ours = fab_t(wrapped, x, y, 9, FabTSettings(threat, eps, steps=steps))
-        theirs = fab.fab_t(wrapped, x, y, 9, fab.FabSettings(threat, eps, steps, 0.1, 1.05, 0.9))
+        ours = fab_t(wrapped, x, y, targets, FabTSettings(threat, eps, steps=steps))
+        theirs = fab.fab_t(wrapped, x, y, targets, fab.FabSettings(threat, eps, steps, 0.1, 1.05, 0.9))
         mine, other = _robust(wrapped, ours, y), _robust(wrapped, theirs, y)
     assert int((mine != other).sum()) <= 2, (int(mine.sum()), int(other.sum()))
     size = (ours - x).flatten(1).norm(p=float("inf") if threat == "Linf" else 2, dim=1)

@@ -15,6 +15,7 @@ from robustbench_wave.data import load_split, to_float
 from robustbench_wave.evaluation.records import read_run
 from robustbench_wave.models.external import ExternalSpec
 from tests.support import external_models as ext
+from tests.support.escalation_queries import fewer_square_queries
 
 QUANTISED = "tests.support.autobpda_models:quantized_pooled_linear"
 NUMPY = "tests.support.autobpda_models:numpy_pooled_linear"
@@ -22,7 +23,12 @@ HALVED = "tests.support.autobpda_models:numpy_halved_pooled_linear"
 
 
 @pytest.mark.slow
-def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(tmp_path: Path, capsys) -> None:
+def test_defended_factories_get_automatic_bpda_or_a_no_gradient_line(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the halved model (no gradient path) is escalated: its Square at 500 queries, not 5,000 (two thirds of
+    # the run's time; nothing here reads the escalation's rows), as tests/support/escalation_queries.py says
+    fewer_square_queries(monkeypatch)
     images, labels, _ = load_split("synthetic", "train")
     fitted = ext.fit_pooled_linear(to_float(images[:2000]), labels[:2000])
     weights = tmp_path / "quantised.safetensors"
