@@ -24,6 +24,7 @@ from robustbench_wave.data import DEFAULT_DATASET
 from robustbench_wave.evaluation import EvalSettings, resolve_grad_modes
 from robustbench_wave.evaluation.eot import EotSettings
 from robustbench_wave.evaluation.plan import CrossCheck
+from robustbench_wave.evaluation.records import CONFIG_FILE
 from robustbench_wave.models.compiled import CompileMode, compile_mode_from_env
 from robustbench_wave.models.external import ExternalSpec, is_external, parse_normalize
 from robustbench_wave.models.frontend import MODE_NAMES
@@ -245,7 +246,7 @@ class RunSettings:
             baseline=config.get("baseline"),
             escalation=str(config.get("escalation", ESCALATION_CHOICES[0])),
         )
-        return baseline_reference(settings), parse_suite(config["suite"], source="config.json")
+        return baseline_reference(settings), parse_suite(config["suite"], source=CONFIG_FILE)
 
     def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
         """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``dataset``:
