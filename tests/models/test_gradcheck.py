@@ -57,8 +57,11 @@ def test_a_planted_gradient_fault_is_a_finding_the_trust_rule_marks(name: str, d
 
 
 def test_the_probe_runs_from_one_random_state_and_leaves_torchs_alone() -> None:
+    # the model and images first: building them draws (unless a cache of an earlier test already holds
+    # them), which made this test pass or fail with the order the tests ran in
+    model, images = gm.defended(gm.Front(gm.WRONG_GRADIENTS["random_hook"])), gm.probe_images(8)
     state = torch.get_rng_state()
-    path = ab.scan(gm.defended(gm.Front(gm.WRONG_GRADIENTS["random_hook"])), gm.probe_images(8))
+    path = ab.scan(model, images)
     assert torch.equal(torch.get_rng_state(), state) and path.gradient_check is not None
 
 
