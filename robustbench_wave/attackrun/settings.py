@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from robustbench_wave.attacks import Suite, load_suite, parse_budgets, parse_suite
+from robustbench_wave.attacks import Suite, list_suites, load_suite, parse_budgets, parse_suite
 from robustbench_wave.core import runfolder
 from robustbench_wave.core.naming import check_whole
 from robustbench_wave.data import DEFAULT_DATASET
@@ -246,7 +246,7 @@ class RunSettings:
             baseline=config.get("baseline"),
             escalation=str(config.get("escalation", ESCALATION_CHOICES[0])),
         )
-        return baseline_reference(settings), parse_suite(config["suite"], source=CONFIG_FILE)
+        return baseline_reference(settings), _recorded_suite(config["suite"])
 
     def eval_settings(self, model_name: str, dataset: Any, modes: Sequence[str] | None) -> EvalSettings:
         """What :func:`~robustbench_wave.evaluation.evaluate` computes for one model of this run (``dataset``:
@@ -257,6 +257,16 @@ class RunSettings:
             dataset=dataset,
             grad_modes=None if modes is None else tuple(modes),
         )
+
+
+def _recorded_suite(data: Mapping[str, Any]) -> Suite:
+    """The suite a config.json records (its entries at its budgets); a shipped suite's name brings back its
+    description and source file, which config.json leaves out, so a rerun's meta.json is the run's."""
+    suite = parse_suite(data, source=CONFIG_FILE)
+    if suite.name not in list_suites():
+        return suite
+    shipped = load_suite(suite.name)
+    return dataclasses.replace(suite, description=shipped.description, source=shipped.source)
 
 
 def select_suite(suite: str, attacks: str | None) -> Suite:

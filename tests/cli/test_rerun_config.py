@@ -37,8 +37,7 @@ def test_the_settings_and_suite_round_trip_through_config_json(argv: list[str], 
     config = json.loads(json.dumps(settings.to_config(suite, CHECKPOINTS, SPECS)))  # as the file holds it
     again, suite_again = RunSettings.from_config(config)
     assert again.to_config(suite_again, CHECKPOINTS, SPECS) == config
-    unrecorded = {"description": None, "source": None}  # config.json keeps neither (to_config)
-    assert suite_again.to_dict() | unrecorded == suite.to_dict() | unrecorded
+    assert suite_again.to_dict() == suite.to_dict()  # a shipped suite's description and source come back
 
 
 def test_a_file_that_is_not_a_runs_config_is_one_line(tmp_path: Path) -> None:
@@ -74,6 +73,8 @@ def test_a_rerun_from_config_json_is_the_same_run_and_a_changed_one_is_refused(t
     (rerun,) = (tmp_path / "again" / "attack" / "synthetic").iterdir()
     assert rerun.name == run.name
     assert json.loads((rerun / "config.json").read_text()) == json.loads(config.read_text())
+    suite_meta = [json.loads((r / "meta.json").read_text())["suite"] for r in (run, rerun)]
+    assert suite_meta[0] == suite_meta[1]
     (records, _), (again, _) = read_run(run), read_run(rerun)
     assert records.equals(again)
 
