@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustbench_wave.attacks.seeding import host_rngs
 from robustbench_wave.models.frontend import (
     grad_mode,
     is_zero_gradient_node,
@@ -58,7 +59,8 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-#: Fewest rows a forward pass through :class:`GradSafe` takes (smaller batches are padded with copies).
+#: Fewest rows a forward pass through :class:`GradSafe` takes (smaller batches are padded with copies), unless
+#: a probe shows that fewer give the same bits (:meth:`GradSafe.rows_for`).
 MIN_ROWS = 4
 
 
@@ -91,6 +93,7 @@ class GradSafe(nn.Module):
         self.training = False  # only a view for attacks (no recursion: model.eval() is attack_mode's job)
         # torchattacks finds the device through next(model.parameters()); give parameter-free models one.
         self._device_anchor = nn.Parameter(torch.zeros(0, device=model_device(model)), requires_grad=False)
+        self._rows: dict[tuple[Any, ...], int] = {}  # rows_for's answers, per batch shape without gradients
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Batches of very few rows take other CPU kernels (matrix-vector, small-M GEMM; on AVX-512 machines
@@ -102,10 +105,39 @@ class GradSafe(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             x = _ContiguousGrad.apply(x)
         n = x.shape[0]
-        logits = self.model(x[torch.arange(MIN_ROWS) % n])[:n] if 0 < n < MIN_ROWS else self.model(x)
+        rows = self.rows_for(x) if 0 < n < MIN_ROWS else n
+        logits = self.model(x[torch.arange(rows) % n])[:n] if rows != n else self.model(x)
         if torch.is_grad_enabled() and x.requires_grad:
             logits = logits + 0.0 * x.flatten(1).sum(1, keepdim=True)
         return logits
+
+    def rows_for(self, x: torch.Tensor) -> int:
+        """How many rows a batch of fewer than :data:`MIN_ROWS` points is padded to: :data:`MIN_ROWS`, or
+        the fewest (from ``len(x)``) whose rows a probe on this batch found bit-equal to those of
+        :data:`MIN_ROWS` rows, for a forward without gradients of a model that draws nothing. CPU kernels are
+        chosen by shape, so one probe per batch shape decides (a ViT's only small-M product is its head: on a
+        CPU where one row takes another kernel, two already do not). Single-point queries (Square late in a
+        run, a few points left) then cost half a padded forward; the bits, hence the records, are
+        :data:`MIN_ROWS` rows'."""
+        if torch.is_grad_enabled():
+            return MIN_ROWS
+        key = (len(x), tuple(x.shape[1:]), x.dtype, x.device)
+        if key not in self._rows:
+            self._rows[key] = self._probe_rows(x)
+        return self._rows[key]
+
+    def _probe_rows(self, x: torch.Tensor) -> int:
+        """:meth:`rows_for`'s probe: every random state it touches (torch's, NumPy's, Python's) is put back."""
+        n = len(x)
+        devices = [x.device] if x.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), host_rngs(0):
+            padded = self.model(x[torch.arange(MIN_ROWS) % n])[:n]
+            if not torch.equal(padded, self.model(x[torch.arange(MIN_ROWS) % n])[:n]):
+                return MIN_ROWS  # it draws: its draws follow from the rows before, so keep them as they were
+            for rows in range(n, MIN_ROWS):
+                if torch.equal(self.model(x[torch.arange(rows) % n])[:n], padded):
+                    return rows
+        return MIN_ROWS
 
 
 def as_float_images(images: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ decision and every returned point is the same.
 That equality needs a forward whose output row depends only on its input row, repeats exactly and draws
 nothing from torch's RNG: true of the zoo models in eval mode (measured: no last-bit difference between a
 point alone, in any subset or in the full block; :class:`~robustbench_wave.attacks.model_state.GradSafe`
-pads 1-3 row batches). Each call checks it on its own block before skipping anything
+pads 1-3 row batches as far as their bits need). Each call checks it on its own block before skipping anything
 (:func:`answers_repeat`), and skips only in batches of :data:`MIN_SKIP_ROWS` rows or more, where CPU kernels
 no longer change with the row count; a model whose rows depend on the batch, or a randomised model scored by
 single draws, is queried on every point, exactly as torchattacks does.

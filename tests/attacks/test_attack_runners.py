@@ -24,6 +24,7 @@ from robustbench_wave.attacks import (
     pgd_with_history,
     seeded,
 )
+from robustbench_wave.attacks.model_state import MIN_ROWS
 from robustbench_wave.models.frontend import grad_mode
 from tests.support.attack_models import (
     frontend_model,
@@ -352,6 +353,52 @@ def test_a_one_point_batch_gives_the_bits_of_the_same_point_inside_a_batch() -> 
         assert all(torch.equal(model(x[i : i + 1]), batched[i : i + 1]) for i in range(5))
         assert all(torch.equal(model(x[i : i + 2]), batched[i : i + 2]) for i in range(4))
         assert torch.equal(model(x[1:4]), batched[1:4])
+
+
+class _RowWise(nn.Module):
+    """Logits from each row alone with no matrix product: no batch size changes a bit of them."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1)[:, :10] * 3.0 - 1.0
+
+
+class _Drawing(_RowWise):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + torch.rand(len(x), 10)
+
+
+def test_a_small_batch_is_padded_only_as_far_as_its_bits_need() -> None:
+    """GradSafe.rows_for: a model whose rows never depend on their batch takes a small batch as it is; one that
+    draws, and every forward with gradients, keep MIN_ROWS; the probe leaves every random state as it was."""
+    import numpy as np
+
+    x = torch.rand(3, 1, 8, 8)
+    rowwise, drawing = GradSafe(_RowWise()), GradSafe(_Drawing())
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()  # noqa: NPY002
+    with torch.no_grad():
+        assert [rowwise.rows_for(x[:n]) for n in (1, 2, 3)] == [1, 2, 3]
+        assert [drawing.rows_for(x[:n]) for n in (1, 2, 3)] == [MIN_ROWS] * 3
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert np.array_equal(np.random.get_state()[1], numpy_state[1])  # noqa: NPY002
+    assert rowwise.rows_for(x[:1]) == MIN_ROWS  # gradients enabled: always padded
+
+
+def test_the_zoo_vits_keep_the_padded_bits_with_fewer_rows() -> None:
+    """Whatever rows_for chose on this CPU for the zoo ViTs, a small batch's logits without gradients are the
+    bits the same points get inside a large batch, for points the probe never saw too."""
+    from robustbench_wave.data import dataset_info
+    from robustbench_wave.models.vit import build_model
+
+    for name in ("patch", "wavelet"):
+        torch.manual_seed(0)
+        model = GradSafe(build_model(name, dataset_info("synthetic")).eval())
+        x = torch.rand(9, 1, 32, 32)
+        with torch.no_grad():
+            batched = model(x)
+            for n in (1, 2, 3):
+                for start in range(0, 9 - n, 2):
+                    assert torch.equal(model(x[start : start + n]), batched[start : start + n]), (name, n)
+            assert all(1 <= model.rows_for(x[:n]) <= MIN_ROWS for n in (1, 2, 3))
 
 
 class _ChannelsLast(nn.Module):
