@@ -141,6 +141,13 @@ def finalize_run(
     finally:
         if not finished:  # the checklist ended with an error: the suite's table, as the files hold it
             echo_table(run_dir, echo, note=UNFINISHED_CHECKLIST_NOTE)
+    _finish_terminal(run_dir, reports, report, echo, baseline)
+
+
+def _finish_terminal(
+    run_dir: Path, reports: list[dict[str, Any]], report: Path, echo: Echo, baseline: str | None
+) -> None:
+    """The tables with the checklist's marks (written, and printed), then the verdict and where the report is."""
     _write_marked_tables(run_dir, reports, echo, baseline=baseline)
     verdict = read_meta(run_dir / VERDICT_JSON) or {}
     if verdict.get("text"):
