@@ -12,6 +12,7 @@ attack command prints it here, once, with its marked cells and legend, never the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,17 +132,27 @@ def finalize_run(
         report, reports = finalize(energy=True)
         escalated = escalation(reports)
         if escalated:
-            echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
-            # Only the escalated models' records grew: the others keep their checklist, and energy.csv stays
-            # (the escalation attacks at the suite's own budgets, so the energy PGD's budget is the first pass's)
-            for name in escalated:
-                checked.pop(name, None)
-            report, reports = finalize(energy=False)
+            report, reports = _after_escalation(escalated, checked, finalize, echo)
         finished = True
     finally:
         if not finished:  # the checklist ended with an error: the suite's table, as the files hold it
             echo_table(run_dir, echo, note=UNFINISHED_CHECKLIST_NOTE)
     _finish_terminal(run_dir, reports, report, echo, baseline)
+
+
+def _after_escalation(
+    escalated: list[str],
+    checked: dict[str, Any],
+    finalize: Callable[[bool], tuple[Path, list[dict[str, Any]]]],
+    echo: Echo,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """The second pass after a checklist escalation: only the escalated models' records grew, so only they are
+    checked again, and energy.csv stays (the escalation attacks at the suite's own budgets, so the energy
+    PGD's budget is the first pass's)."""
+    echo(f"\nescalated after the checklist (every gradient mode failed it): {', '.join(escalated)}")
+    for name in escalated:
+        checked.pop(name, None)
+    return finalize(False)
 
 
 def _finish_terminal(
